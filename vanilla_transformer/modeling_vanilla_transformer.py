@@ -260,6 +260,19 @@ class VanillaTransformerPreTrainedModel(PreTrainedModel):
     _supports_flash_attn = False
     _supports_flex_attn = False
 
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        # A checkpoint saved from the registered classes (importing the package registers them; a remote-code load
+        # does too) names every Auto class in `auto_map`, not only the saved class's own, so that AutoConfig,
+        # AutoModel and AutoModelForSeq2SeqLM all load it with `trust_remote_code=True`.
+        if self._auto_class is not None:
+            self.config.auto_map = {
+                **(getattr(self.config, "auto_map", None) or {}),
+                "AutoConfig": "configuration_vanilla_transformer.VanillaTransformerConfig",
+                "AutoModel": "modeling_vanilla_transformer.VanillaTransformerModel",
+                "AutoModelForSeq2SeqLM": "modeling_vanilla_transformer.VanillaTransformerForConditionalGeneration",
+            }
+        return super().save_pretrained(save_directory, *args, **kwargs)
+
     @torch.no_grad()
     def _init_weights(self, module):
         # tensor2tensor / fairseq initialisation of the paper's model (the paper does not state one):

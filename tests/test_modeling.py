@@ -1,0 +1,468 @@
+"""The model against independent references: torch.nn.Transformer*Layer, the paper's formulas, Table 3's parameter
+counts, and itself across cache / attention implementation / save-load / remote code."""
+
+import json
+import math
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+
+from vanilla_transformer import (
+    VanillaTransformerConfig,
+    VanillaTransformerForConditionalGeneration,
+    VanillaTransformerModel,
+)
+from vanilla_transformer.modeling_vanilla_transformer import sinusoidal_position_encoding
+
+TINY = dict(
+    vocab_size=97, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+    decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, dropout=0.0,
+)
+
+
+def tiny_model(attn="sdpa", seed=0, **overrides):
+    torch.manual_seed(seed)
+    config = VanillaTransformerConfig(**{**TINY, **overrides}, attn_implementation=attn)
+    return VanillaTransformerForConditionalGeneration(config).eval()
+
+
+def padded_batch(seed=1, lengths=(7, 4, 9), vocab=97):
+    """Source batch with right padding (pad id 0), every sentence ending in </s> (2)."""
+    g = torch.Generator().manual_seed(seed)
+    width = max(lengths)
+    ids = torch.zeros(len(lengths), width, dtype=torch.long)
+    for i, n in enumerate(lengths):
+        ids[i, : n - 1] = torch.randint(4, vocab, (n - 1,), generator=g)
+        ids[i, n - 1] = 2
+    return ids, ids.ne(0).long()
+
+
+# --- fidelity against torch.nn reference layers (section 3.1, post-norm, ReLU) -------------------------------------
+
+
+def _copy_attention(ours, theirs, bias):
+    with torch.no_grad():
+        theirs.in_proj_weight.copy_(torch.cat([ours.q_proj.weight, ours.k_proj.weight, ours.v_proj.weight]))
+        theirs.out_proj.weight.copy_(ours.out_proj.weight)
+        if bias:
+            theirs.in_proj_bias.copy_(torch.cat([ours.q_proj.bias, ours.k_proj.bias, ours.v_proj.bias]))
+            theirs.out_proj.bias.copy_(ours.out_proj.bias)
+        else:
+            theirs.in_proj_bias.zero_()
+            theirs.out_proj.bias.zero_()
+
+
+def _copy_ffn_norms(ours, theirs, norm_pairs):
+    with torch.no_grad():
+        theirs.linear1.weight.copy_(ours.ffn.fc1.weight)
+        theirs.linear1.bias.copy_(ours.ffn.fc1.bias)
+        theirs.linear2.weight.copy_(ours.ffn.fc2.weight)
+        theirs.linear2.bias.copy_(ours.ffn.fc2.bias)
+        for mine, ref in norm_pairs:
+            # Random affine parameters so that the norms are really compared.
+            mine.weight.uniform_(0.5, 1.5)
+            mine.bias.uniform_(-0.5, 0.5)
+            ref.weight.copy_(mine.weight)
+            ref.bias.copy_(mine.bias)
+
+
+@pytest.mark.parametrize("attn", ["eager", "sdpa"])
+@pytest.mark.parametrize("bias", [False, True])
+def test_encoder_layer_matches_torch_transformer_encoder_layer(attn, bias):
+    model = tiny_model(attn, attention_bias=bias)
+    ours = model.model.encoder.layers[0]
+    ref = torch.nn.TransformerEncoderLayer(
+        32, 4, dim_feedforward=64, dropout=0.0, activation="relu", batch_first=True, norm_first=False
+    ).eval()
+    _copy_attention(ours.self_attn, ref.self_attn, bias)
+    _copy_ffn_norms(ours, ref, [(ours.self_attn_layer_norm, ref.norm1), (ours.final_layer_norm, ref.norm2)])
+
+    torch.manual_seed(3)
+    x = torch.randn(3, 9, 32)
+    _, mask = padded_batch()
+    keep = mask.bool()
+    with torch.no_grad():
+        got, _ = ours(x, keep[:, None, None, :])
+        # The torch fast path only triggers under no_grad+eval with nested tensors; disable it to compare the math.
+        torch.backends.mha.set_fastpath_enabled(False)
+        try:
+            want = ref(x, src_key_padding_mask=~keep)
+        finally:
+            torch.backends.mha.set_fastpath_enabled(True)
+    assert torch.allclose(got[keep], want[keep], atol=1e-5, rtol=0), (got[keep] - want[keep]).abs().max()
+
+
+@pytest.mark.parametrize("attn", ["eager", "sdpa"])
+@pytest.mark.parametrize("bias", [False, True])
+def test_decoder_layer_matches_torch_transformer_decoder_layer(attn, bias):
+    model = tiny_model(attn, attention_bias=bias)
+    ours = model.model.decoder.layers[0]
+    ref = torch.nn.TransformerDecoderLayer(
+        32, 4, dim_feedforward=64, dropout=0.0, activation="relu", batch_first=True, norm_first=False
+    ).eval()
+    _copy_attention(ours.self_attn, ref.self_attn, bias)
+    _copy_attention(ours.encoder_attn, ref.multihead_attn, bias)
+    _copy_ffn_norms(
+        ours,
+        ref,
+        [(ours.self_attn_layer_norm, ref.norm1), (ours.encoder_attn_layer_norm, ref.norm2), (ours.final_layer_norm, ref.norm3)],
+    )
+    torch.manual_seed(4)
+    memory = torch.randn(3, 9, 32)
+    _, src_mask = padded_batch()
+    tgt = torch.randn(3, 6, 32)
+    tgt_keep = torch.tensor([[1] * 6, [1] * 3 + [0] * 3, [1] * 5 + [0]]).bool()
+    causal = torch.tril(torch.ones(6, 6, dtype=torch.bool))
+    self_mask = causal[None, None] & tgt_keep[:, None, None, :]
+    with torch.no_grad():
+        got, _, _ = ours(tgt, self_mask, memory, encoder_attention_mask=src_mask.bool()[:, None, None, :])
+        want = ref(
+            tgt, memory, tgt_mask=torch.nn.Transformer.generate_square_subsequent_mask(6),
+            tgt_key_padding_mask=~tgt_keep, memory_key_padding_mask=~src_mask.bool(),
+        )
+    assert torch.allclose(got[tgt_keep], want[tgt_keep], atol=1e-5, rtol=0), (got[tgt_keep] - want[tgt_keep]).abs().max()
+
+
+def test_positional_encoding_is_the_papers_formula():
+    d = 16
+    positions = torch.arange(0, 60)
+    pe = sinusoidal_position_encoding(positions, d)
+    for pos in range(60):
+        for i in range(d // 2):
+            angle = pos / 10000 ** (2 * i / d)
+            assert pe[pos, 2 * i].item() == pytest.approx(math.sin(angle), abs=1e-5)
+            assert pe[pos, 2 * i + 1].item() == pytest.approx(math.cos(angle), abs=1e-5)
+
+
+def test_embeddings_scaled_by_sqrt_d_model_plus_positions():
+    model = tiny_model("eager")
+    ids, mask = padded_batch()
+    out = model.model.encoder(ids, attention_mask=mask, output_hidden_states=True)
+    expected = model.model.shared(ids) * math.sqrt(32) + sinusoidal_position_encoding(torch.arange(ids.shape[1]), 32)
+    assert torch.allclose(out.hidden_states[0], expected, atol=1e-6)
+    unscaled = tiny_model("eager", scale_embedding=False).model.encoder(ids, output_hidden_states=True)
+    assert not torch.allclose(unscaled.hidden_states[0], expected, atol=1e-3)
+
+
+def test_sinusoidal_model_takes_sequences_longer_than_max_position_embeddings():
+    model = tiny_model(max_position_embeddings=8)
+    ids = torch.randint(4, 97, (1, 40))
+    logits = model(input_ids=ids, decoder_input_ids=ids).logits
+    assert logits.shape == (1, 40, 97) and torch.isfinite(logits).all()
+
+
+def test_three_embeddings_are_one_tensor_in_memory_and_in_the_file(tmp_path):
+    model = tiny_model()
+    shared = model.model.shared.weight
+    assert model.lm_head.weight is shared
+    assert model.model.encoder.embed_tokens.weight is shared and model.model.decoder.embed_tokens.weight is shared
+    model.save_pretrained(tmp_path)
+    with safe_open(tmp_path / "model.safetensors", "pt") as f:
+        keys = list(f.keys())
+    assert [k for k in keys if "embed" in k or "shared" in k or "lm_head" in k] == ["model.shared.weight"]
+    reloaded = VanillaTransformerForConditionalGeneration.from_pretrained(tmp_path)
+    assert reloaded.lm_head.weight is reloaded.model.shared.weight
+    assert reloaded.model.encoder.embed_tokens.weight is reloaded.model.shared.weight
+    assert torch.equal(reloaded.model.shared.weight, shared)
+    # A gradient step moves all three uses together.
+    assert reloaded.model.decoder.embed_tokens.weight.data_ptr() == reloaded.lm_head.weight.data_ptr()
+
+
+def test_parameter_counts_match_table_3():
+    counts = {}
+    for preset, paper, tolerance in (("base", 65e6, 0.05), ("big", 213e6, 0.03)):
+        with torch.device("meta"):
+            model = VanillaTransformerForConditionalGeneration(VanillaTransformerConfig.from_preset(preset, vocab_size=37000))
+        counts[preset] = model.num_parameters()  # tied weights counted once
+        print(f"{preset}: {counts[preset]:,} parameters (paper, Table 3: {paper / 1e6:.0f}M)")
+        assert abs(counts[preset] - paper) / paper < tolerance
+    # Exact arithmetic of the architecture, so that the count is not only "close": embedding once + N encoder
+    # layers (4 d^2 attention, 2 d d_ff + d_ff + d FFN, 2 LayerNorms) + N decoder layers (two attentions, 3 norms).
+    d, ff, v = 512, 2048, 37000
+    enc = 4 * d * d + 2 * d * ff + ff + d + 2 * 2 * d
+    dec = 8 * d * d + 2 * d * ff + ff + d + 3 * 2 * d
+    assert counts["base"] == v * d + 6 * enc + 6 * dec
+
+
+def test_output_projection_uses_the_embedding():
+    model = tiny_model()
+    ids, mask = padded_batch()
+    out = model(input_ids=ids, attention_mask=mask, decoder_input_ids=ids, output_hidden_states=True)
+    expected = out.decoder_hidden_states[-1] @ model.model.shared.weight.T
+    assert torch.allclose(out.logits, expected, atol=1e-5)
+
+
+# --- loss ---------------------------------------------------------------------------------------------------------
+
+
+def test_loss_is_token_mean_cross_entropy_of_shifted_labels():
+    model = tiny_model()
+    ids, mask = padded_batch()
+    labels = torch.tensor([[10, 11, 12, 2], [13, 2, -100, -100], [14, 15, 2, -100]])
+    out = model(input_ids=ids, attention_mask=mask, labels=labels)
+    decoder_input = torch.tensor([[1, 10, 11, 12], [1, 13, 2, 0], [1, 14, 15, 2]])
+    logits = model(input_ids=ids, attention_mask=mask, decoder_input_ids=decoder_input).logits
+    logp = torch.log_softmax(logits, -1)
+    picks = [-logp[b, t, labels[b, t]] for b in range(3) for t in range(4) if labels[b, t] != -100]
+    assert torch.allclose(out.loss, torch.stack(picks).mean(), atol=1e-6)
+    summed = model(input_ids=ids, attention_mask=mask, labels=labels, num_items_in_batch=torch.tensor(18)).loss
+    assert torch.allclose(summed, torch.stack(picks).sum() / 18, atol=1e-6)
+
+
+# --- attention implementations, cache, generation --------------------------------------------------------------------
+
+
+def test_eager_and_sdpa_logits_agree():
+    ids, mask = padded_batch()
+    labels = torch.tensor([[10, 11, 12, 2], [13, 2, -100, -100], [14, 15, 2, -100]])
+    eager = tiny_model("eager")(input_ids=ids, attention_mask=mask, labels=labels).logits
+    sdpa_model = tiny_model("sdpa")
+    sdpa = sdpa_model(input_ids=ids, attention_mask=mask, labels=labels).logits
+    assert torch.allclose(eager, sdpa, atol=1e-5, rtol=0)
+    sdpa_model.set_attn_implementation("eager")
+    assert sdpa_model.config._attn_implementation == "eager"
+    assert torch.allclose(sdpa_model(input_ids=ids, attention_mask=mask, labels=labels).logits, eager, atol=1e-6)
+
+
+@pytest.mark.parametrize("attn", ["eager", "sdpa"])
+def test_incremental_decoding_with_cache_equals_full_forward(attn):
+    model = tiny_model(attn)
+    ids, mask = padded_batch()
+    target = torch.tensor([[1, 10, 11, 12, 13], [1, 14, 15, 16, 17], [1, 18, 19, 20, 21]])
+    full = model(input_ids=ids, attention_mask=mask, decoder_input_ids=target).logits
+    enc = model.get_encoder()(ids, attention_mask=mask)
+    past, steps = None, []
+    for t in range(target.shape[1]):
+        out = model(encoder_outputs=enc, attention_mask=mask, decoder_input_ids=target[:, t : t + 1],
+                    past_key_values=past, use_cache=True)
+        past = out.past_key_values
+        steps.append(out.logits)
+    assert torch.allclose(torch.cat(steps, 1), full, atol=1e-5)
+
+
+@pytest.mark.parametrize("attn", ["eager", "sdpa"])
+@pytest.mark.parametrize("num_beams", [1, 4])
+def test_generation_with_and_without_cache_is_identical(attn, num_beams):
+    model = tiny_model(attn)
+    ids, mask = padded_batch()
+    kw = dict(input_ids=ids, attention_mask=mask, num_beams=num_beams, max_new_tokens=12)
+    with_cache = model.generate(**kw, use_cache=True)
+    without = model.generate(**kw, use_cache=False)
+    assert torch.equal(with_cache, without)
+
+
+@pytest.mark.parametrize("num_beams", [1, 4])
+def test_batched_generation_equals_generating_each_sentence_alone(num_beams):
+    model = tiny_model(seed=5)
+    ids, mask = padded_batch(lengths=(7, 3, 11, 5))
+    batched = model.generate(input_ids=ids, attention_mask=mask, num_beams=num_beams)
+    for i in range(ids.shape[0]):
+        n = int(mask[i].sum())
+        alone = model.generate(input_ids=ids[i : i + 1, :n], num_beams=num_beams)[0]
+        assert torch.equal(batched[i, : alone.shape[0]], alone)
+        # Anything after the sentence's own end is padding/eos only.
+        assert set(batched[i, alone.shape[0]:].tolist()) <= {0, 2}
+
+
+def test_default_decoding_is_the_papers():
+    model = tiny_model()
+    gc = model.generation_config
+    assert (gc.num_beams, gc.length_penalty, gc.early_stopping, gc.source_length_offset) == (4, 0.6, True, 50)
+    ids, mask = padded_batch(lengths=(7, 3))
+    out = model.generate(input_ids=ids, attention_mask=mask)
+    # A random model rarely stops by itself: each sentence is cut at its source length + 50 output tokens
+    # (+1 for the start token), never at transformers' default of 20.
+    for i, n in enumerate((7, 3)):
+        row = out[i].tolist()
+        length = row.index(2) + 1 if 2 in row[1:] else len(row)
+        assert length <= n + 50 + 1
+    assert out.shape[1] > 20
+    limited = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=5)
+    assert limited.shape[1] <= 6
+
+
+def test_sampling_runs_and_is_seeded():
+    model = tiny_model()
+    ids, mask = padded_batch()
+    torch.manual_seed(0)
+    a = model.generate(input_ids=ids, attention_mask=mask, do_sample=True, num_beams=1, top_k=10, max_new_tokens=8)
+    torch.manual_seed(0)
+    b = model.generate(input_ids=ids, attention_mask=mask, do_sample=True, num_beams=1, top_k=10, max_new_tokens=8)
+    assert torch.equal(a, b) and a.shape[0] == 3
+
+
+def test_output_attentions_with_eager_and_clear_error_with_sdpa():
+    ids, mask = padded_batch()
+    out = tiny_model("eager")(input_ids=ids, attention_mask=mask, decoder_input_ids=ids[:, :5], output_attentions=True)
+    assert len(out.encoder_attentions) == 2 and out.encoder_attentions[0].shape == (3, 4, 9, 9)
+    assert out.decoder_attentions[0].shape == (3, 4, 5, 5) and out.cross_attentions[0].shape == (3, 4, 5, 9)
+    # Padding keys get weight 0; the decoder cannot look ahead.
+    assert out.encoder_attentions[0][1, :, :, 4:].abs().max() == 0
+    assert torch.triu(out.decoder_attentions[0][0, 0], diagonal=1).abs().max() == 0
+    with pytest.raises(ValueError, match="eager"):
+        tiny_model("sdpa")(input_ids=ids, attention_mask=mask, decoder_input_ids=ids, output_attentions=True)
+
+
+def test_gradient_checkpointing_gives_the_same_gradients():
+    ids, mask = padded_batch()
+    labels = torch.tensor([[10, 11, 12, 2], [13, 2, -100, -100], [14, 15, 2, -100]])
+    grads = []
+    for checkpointing in (False, True):
+        model = tiny_model(dropout=0.0).train()
+        if checkpointing:
+            model.gradient_checkpointing_enable()
+            assert model.model.encoder.layers[0].gradient_checkpointing
+        model(input_ids=ids, attention_mask=mask, labels=labels).loss.backward()
+        grads.append({n: p.grad.clone() for n, p in model.named_parameters()})
+    for name in grads[0]:
+        assert torch.allclose(grads[0][name], grads[1][name], atol=1e-6), name
+
+
+def test_variants_behind_flags():
+    ids, mask = padded_batch()
+    for flags in (dict(normalize_before=True), dict(position_embedding_type="learned"), dict(attention_bias=True),
+                  dict(attention_dropout=0.1, activation_dropout=0.1)):
+        model = tiny_model(**flags)
+        out = model(input_ids=ids, attention_mask=mask, decoder_input_ids=ids)
+        assert torch.isfinite(out.logits).all(), flags
+    assert tiny_model(normalize_before=True).model.encoder.layer_norm is not None
+    assert tiny_model().model.encoder.layer_norm is None  # post-norm: no final norm (section 3.1)
+    assert tiny_model(attention_bias=True).model.encoder.layers[0].self_attn.q_proj.bias is not None
+    assert tiny_model().model.encoder.layers[0].self_attn.q_proj.bias is None
+
+
+def test_base_model_and_auto_classes(tmp_path):
+    from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM
+
+    model = tiny_model()
+    model.save_pretrained(tmp_path)
+    assert isinstance(AutoConfig.from_pretrained(tmp_path), VanillaTransformerConfig)
+    base = AutoModel.from_pretrained(tmp_path)
+    assert isinstance(base, VanillaTransformerModel)
+    assert torch.equal(base.shared.weight, model.model.shared.weight)
+    assert isinstance(AutoModelForSeq2SeqLM.from_pretrained(tmp_path), VanillaTransformerForConditionalGeneration)
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert config["auto_map"]["AutoModelForSeq2SeqLM"].endswith("VanillaTransformerForConditionalGeneration")
+
+
+# --- round trips -------------------------------------------------------------------------------------------------------
+
+
+def test_save_load_round_trip_bit_identical(tmp_path):
+    model = tiny_model()
+    ids, mask = padded_batch()
+    model.save_pretrained(tmp_path)
+    reloaded = VanillaTransformerForConditionalGeneration.from_pretrained(tmp_path).eval()
+    kw = dict(input_ids=ids, attention_mask=mask, decoder_input_ids=ids)
+    assert torch.equal(model(**kw).logits, reloaded(**kw).logits)
+    assert torch.equal(model.generate(input_ids=ids, attention_mask=mask), reloaded.generate(input_ids=ids, attention_mask=mask))
+
+
+BLOCK_PACKAGE = textwrap.dedent(
+    """
+    import importlib.abc, sys
+    class _Block(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path=None, target=None):
+            if name == "vanilla_transformer" or name.startswith("vanilla_transformer."):
+                raise ModuleNotFoundError(f"No module named {name!r} (blocked for this test)")
+    sys.meta_path.insert(0, _Block())
+    try:
+        import vanilla_transformer
+        raise SystemExit("vanilla_transformer is importable: the test would prove nothing")
+    except ModuleNotFoundError:
+        pass
+    """
+)
+
+
+def test_remote_code_load_in_a_process_without_the_package(tmp_path):
+    model = tiny_model()
+    ids, mask = padded_batch()
+    ckpt = tmp_path / "ckpt"
+    model.save_pretrained(ckpt)
+    assert (ckpt / "modeling_vanilla_transformer.py").exists() and (ckpt / "configuration_vanilla_transformer.py").exists()
+    expected = {
+        "logits": model(input_ids=ids, attention_mask=mask, decoder_input_ids=ids).logits.contiguous(),
+        "generated": model.generate(input_ids=ids, attention_mask=mask).contiguous(),
+        "ids": ids, "mask": mask,
+    }
+    save_file(expected, str(tmp_path / "expected.safetensors"))
+    script = BLOCK_PACKAGE + textwrap.dedent(
+        f"""
+        import torch
+        from safetensors.torch import load_file
+        from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM
+        exp = load_file({str(tmp_path / "expected.safetensors")!r})
+        config = AutoConfig.from_pretrained({str(ckpt)!r}, trust_remote_code=True)
+        assert type(config).__name__ == "VanillaTransformerConfig"
+        assert "vanilla_transformer" not in sys.modules
+        model = AutoModelForSeq2SeqLM.from_pretrained({str(ckpt)!r}, trust_remote_code=True).eval()
+        assert model.lm_head.weight is model.model.shared.weight
+        logits = model(input_ids=exp["ids"], attention_mask=exp["mask"], decoder_input_ids=exp["ids"]).logits
+        assert torch.equal(logits, exp["logits"]), (logits - exp["logits"]).abs().max()
+        gen = model.generate(input_ids=exp["ids"], attention_mask=exp["mask"])
+        assert torch.equal(gen, exp["generated"])
+        base = AutoModel.from_pretrained({str(ckpt)!r}, trust_remote_code=True)
+        assert type(base).__name__ == "VanillaTransformerModel"
+        print("REMOTE-OK", type(model).__module__)
+        """
+    )
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_MODULES_CACHE": str(tmp_path / "modules")}
+    result = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "REMOTE-OK transformers_modules" in result.stdout
+
+
+# --- bad input -----------------------------------------------------------------------------------------------------
+
+
+def test_clear_errors_for_bad_input():
+    model = tiny_model()
+    ids, mask = padded_batch()
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        model(input_ids=ids + 200, attention_mask=mask, decoder_input_ids=ids)
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        model(input_ids=ids, attention_mask=mask, decoder_input_ids=ids - 5)
+    with pytest.raises(ValueError, match="Batch size mismatch"):
+        model(input_ids=ids, attention_mask=mask, decoder_input_ids=ids[:2])
+    with pytest.raises(ValueError, match=r"attention_mask.*shape"):
+        model(input_ids=ids, attention_mask=mask[:, :4], decoder_input_ids=ids)
+    with pytest.raises(ValueError, match="integer token ids"):
+        model(input_ids=ids.float(), decoder_input_ids=ids)
+    with pytest.raises(ValueError, match="empty"):
+        model(input_ids=ids[:0], decoder_input_ids=ids[:0])
+    with pytest.raises(ValueError, match="at least one token"):
+        model(input_ids=ids, attention_mask=torch.zeros_like(mask), decoder_input_ids=ids)
+    learned = tiny_model(position_embedding_type="learned", max_position_embeddings=8)
+    with pytest.raises(ValueError, match="longer than the learned position table"):
+        learned(input_ids=ids, attention_mask=mask, decoder_input_ids=ids[:, :4])
+
+
+@pytest.mark.parametrize(
+    "overrides, match",
+    [
+        (dict(d_model=30), "divisible"),
+        (dict(dropout=1.0), r"dropout.*\[0, 1\)"),
+        (dict(encoder_layers=0), "positive"),
+        (dict(pad_token_id=500), "inside the vocabulary"),
+        (dict(position_embedding_type="rotary"), "position_embedding_type"),
+    ],
+)
+def test_config_validation(overrides, match):
+    with pytest.raises(ValueError, match=match):
+        VanillaTransformerConfig(**{**TINY, **overrides})
+
+
+def test_presets():
+    base = VanillaTransformerConfig.from_preset("base")
+    assert (base.d_model, base.encoder_ffn_dim, base.encoder_attention_heads, base.dropout) == (512, 2048, 8, 0.1)
+    big = VanillaTransformerConfig.from_preset("big")
+    assert (big.d_model, big.encoder_ffn_dim, big.encoder_attention_heads, big.dropout) == (1024, 4096, 16, 0.3)
+    with pytest.raises(ValueError, match="Unknown preset"):
+        VanillaTransformerConfig.from_preset("huge")
