@@ -14,12 +14,12 @@ Design (the choices, and why):
   extra merges and the vocabulary is unreadable. Here the base alphabet is the *characters* of the
   corpus, and only a character the tokenizer has never seen falls back to its UTF-8 bytes, the 256
   tokens `<0x00>` ... `<0xFF>`. So `<unk>` exists (transformers expects one) but is never produced.
-- **NFC normalizer**: the same letter can be typed precomposed (`ä`, U+00E4) or decomposed (`a` +
+- **NFC normalizer** (then `Prepend("▁")`, see below): the same letter can be typed precomposed (`ä`, U+00E4) or decomposed (`a` +
   U+0308); NFC makes both the same tokens. It is the only normalization: no lower-casing, no
   accent stripping, no whitespace collapsing, so that cased, detokenized BLEU is computed on what
   the model really produces. (A decomposed input therefore decodes to its NFC form, which
   compares equal after NFC and renders the same.)
-- **Metaspace pre-tokenizer** (`▁` marks a space, prepended to the first word as in SentencePiece):
+- **Metaspace pre-tokenizer** (`▁` marks a space, one is prepended to the text as in SentencePiece):
   spaces are part of the tokens, so decoding is the exact inverse of encoding -- no detokenizer
   (Moses or `clean_up_tokenization`) has to guess where spaces went around punctuation and quotes
   (`„Welcome Bikers“`, `l'homme`, `3,5 m`). Words are not split on punctuation beforehand; BPE
@@ -59,11 +59,15 @@ MIN_VOCAB_SIZE = len(SPECIAL_TOKENS) + len(BYTE_TOKENS) + 1
 
 
 def _normalizer():
-    return normalizers.NFC()
+    # NFC, then the "space" in front of the first word. It is prepended here rather than by the
+    # pre-tokenizer (`prepend_scheme="always"`), which adds it only when the text does not already
+    # start with a space, so that " text" and "text" would decode alike.
+    return normalizers.Sequence([normalizers.NFC(), normalizers.Prepend(METASPACE)])
 
 
 def _pre_tokenizer():
-    return pre_tokenizers.Metaspace(replacement=METASPACE, prepend_scheme="always", split=True)
+    # Spaces become "▁" and start a new piece: "▁Ein", "▁Mann", "▁" (for a second space).
+    return pre_tokenizers.Metaspace(replacement=METASPACE, prepend_scheme="never", split=True)
 
 
 def _decoder():
