@@ -1,5 +1,27 @@
+"""Test session set-up: offline by default, with a loopback Hub for the tests that push and pull.
+
+huggingface_hub freezes its endpoint, cache paths and offline flag at import, so the loopback Hub is started and the
+environment set here, before anything imports an HF library (HUB_TESTING.md).
+"""
+
 import os
 
-# Tests never reach the Hugging Face Hub (there is no network here): everything is local files or the loopback Hub.
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+import pytest
+from hub_server import start_session_hub  # standard library only; must come before any HF import
+
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# HF_ENDPOINT -> loopback, HF_TOKEN -> its test token, a fresh temporary HF_HOME, HF_HUB_DISABLE_XET=1, HF_HUB_OFFLINE=1.
+HUB = start_session_hub()
+
+
+@pytest.fixture
+def hub(monkeypatch):
+    """The session's loopback Hub (user "tester", org "test-org"); the client is online for this test only."""
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    return HUB
+
+
+def pytest_unconfigure(config):
+    HUB.stop()

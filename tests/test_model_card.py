@@ -1,0 +1,175 @@
+"""The model card generator: metadata that huggingface_hub parses back, and content that follows the run."""
+
+import copy
+import json
+import re
+
+import pytest
+import yaml
+from huggingface_hub import ModelCard
+
+from vanilla_transformer import VanillaTransformerConfig
+from vanilla_transformer.model_card import paper_deviations, render_model_card, write_model_card
+
+SIGNATURE = "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0"
+RESULTS = {
+    "src_lang": "en",
+    "tgt_lang": "de",
+    "dataset": {"name": "Multi30k", "hub_id": "bentrevett/multi30k", "train_pairs": 29000},
+    "bleu": {
+        "test": {"score": 35.2137, "signature": SIGNATURE, "split": "test_2016_flickr"},
+        "validation": {"score": 36.9, "signature": SIGNATURE, "split": "val"},
+    },
+    "training": {
+        "steps": 1200, "epochs": 3.5, "train_runtime_s": 3725.4, "tokens_per_second": 5234.2,
+        "hardware": "2-core CPU (no GPU)",
+        "hyperparameters": {"learning_rate": 0.0007, "warmup_steps": 4000, "label_smoothing": 0.1},
+    },
+    "checkpoint_averaging": {"num_checkpoints": 5, "checkpoints": ["checkpoint-1000", "checkpoint-1200"]},
+    "decoding": {"num_beams": 4, "length_penalty": 0.6},
+    "tokenizer": {"type": "BPE", "vocab_size": 100},
+    "num_parameters": 123456,
+}
+REPO = "tester/vt-small-en-de"
+
+
+def tiny_config(**overrides):
+    return VanillaTransformerConfig.from_preset("small", vocab_size=100, **overrides)
+
+
+def front_matter(text: str) -> dict:
+    # Parsed with PyYAML directly, independently of huggingface_hub's card parser.
+    match = re.match(r"---\n(.*?)\n---\n", text, re.S)
+    assert match, "the card must start with a YAML front matter block"
+    return yaml.safe_load(match.group(1))
+
+
+def section(text: str, start: str, end: str) -> str:
+    return text[text.index(start):text.index(end)]
+
+
+def test_metadata_parses_back_and_model_index_equals_results(tmp_path):
+    path = write_model_card(tmp_path / "ckpt", tiny_config(), RESULTS, repo_id=REPO)
+    assert path == str(tmp_path / "ckpt" / "README.md")
+
+    card = ModelCard.load(path)  # strict: invalid model-index metadata raises here
+    data = card.data
+    assert data.language == ["en", "de"]
+    assert data.license == "apache-2.0"
+    assert data.library_name == "transformers"
+    assert data.pipeline_tag == "translation"
+    assert data.datasets == ["bentrevett/multi30k"]
+    assert data.metrics == ["bleu"]
+    assert "translation" in data.tags and "vanilla-transformer" in data.tags
+    assert data.model_name == "vt-small-en-de"
+    scores = {r.dataset_split: r.metric_value for r in data.eval_results}
+    assert scores == {entry["split"]: entry["score"] for entry in RESULTS["bleu"].values()}
+    assert {r.metric_args["signature"] for r in data.eval_results} == {SIGNATURE}
+    assert {(r.task_type, r.metric_type, r.dataset_type) for r in data.eval_results} == {
+        ("translation", "bleu", "bentrevett/multi30k")}
+
+    raw = front_matter(open(path, encoding="utf-8").read())
+    (index,) = raw["model-index"]
+    raw_scores = {r["dataset"]["split"]: (r["metrics"][0]["value"], r["metrics"][0]["args"]["signature"])
+                  for r in index["results"]}
+    assert raw_scores == {"test_2016_flickr": (35.2137, SIGNATURE), "val": (36.9, SIGNATURE)}
+
+
+def test_results_json_file_gives_the_same_card(tmp_path):
+    results_path = tmp_path / "results.json"
+    results_path.write_text(json.dumps(RESULTS))
+    from_dict = render_model_card(tiny_config(), RESULTS, REPO).content
+    from_file = render_model_card(tiny_config(), str(results_path), REPO).content
+    assert from_file == from_dict
+
+
+def test_deviations_from_the_paper_are_listed():
+    config = tiny_config(normalize_before=True, position_embedding_type="learned", attention_dropout=0.1)
+    expected = {"normalize_before", "position_embedding_type", "attention_dropout"}
+    assert {d["name"] for d in paper_deviations(config)} == expected
+
+    text = render_model_card(config, RESULTS, REPO).content
+    listed = set(re.findall(r"^- `(\w+)=", section(text, "**Differences", "## How to use"), re.M))
+    assert listed == expected
+    assert "`position_embedding_type=learned` instead of the paper's `sinusoidal`" in text
+
+    paper = render_model_card(tiny_config(), RESULTS, REPO).content
+    differences = section(paper, "**Differences", "## How to use")
+    assert not re.search(r"^- `", differences, re.M) and "every architectural flag has the paper's value" in differences
+
+
+def test_preset_and_sizes():
+    small = render_model_card(tiny_config(), RESULTS, REPO).content
+    assert "the **small** preset" in small
+    assert "| d_model | 256 | 512 |" in small  # compared with the paper's base model (Table 3)
+    base = render_model_card(VanillaTransformerConfig.from_preset("base", vocab_size=100), RESULTS, REPO).content
+    assert "the paper's **base** model (Table 3)" in base and "| d_model | 512 | 512 |" not in base
+    custom = render_model_card(tiny_config(d_model=128), RESULTS, REPO).content
+    assert "a custom configuration" in custom
+
+
+def test_usage_training_and_results_sections():
+    text = render_model_card(tiny_config(), RESULTS, REPO).content
+    assert f'pipeline("translation", model="{REPO}", trust_remote_code=True)' in text
+    assert f'AutoModelForSeq2SeqLM.from_pretrained("{REPO}", trust_remote_code=True)' in text
+    assert f'AutoTokenizer.from_pretrained("{REPO}", trust_remote_code=True)' in text
+    assert "An English → German translation model" in text
+    assert "29,000 training sentence pairs" in text
+    assert "| learning_rate | 0.0007 |" in text and "| warmup_steps | 4000 |" in text
+    assert "**Hardware:** 2-core CPU (no GPU)" in text
+    assert "**Training time:** 1:02:05" in text  # 3725.4 s
+    assert "average of the last 5 checkpoints" in text
+    assert "| parameters | 123,456 |" in text
+    # One table row per split; the signature's "|" are escaped so the row keeps exactly three cells.
+    rows = [line for line in text.splitlines() if line.startswith("| test_2016_flickr ")]
+    assert len(rows) == 1
+    cells = re.split(r"(?<!\\)\|", rows[0])[1:-1]
+    assert [c.strip() for c in cells] == ["test_2016_flickr", "35.21", f"`{SIGNATURE.replace('|', chr(92) + '|')}`"]
+
+
+def test_minimal_results_and_no_repo_id(tmp_path):
+    results = {"src_lang": "de", "tgt_lang": "en", "bleu": {"test": {"score": 12.5, "signature": SIGNATURE}}}
+    card = ModelCard.load(write_model_card(tmp_path, tiny_config(), results))
+    assert card.data.model_name == "vanilla-transformer-de-en"
+    assert card.data.datasets is None
+    assert [(r.dataset_split, r.metric_value) for r in card.data.eval_results] == [("test", 12.5)]
+    assert 'model="path/to/this/checkpoint"' in card.content
+    assert "none (the paper averages the last 5 checkpoints" in card.content
+
+
+def _broken(**changes):
+    results = copy.deepcopy(RESULTS)
+    for dotted, value in changes.items():
+        *parents, key = dotted.split(".")
+        target = results
+        for parent in parents:
+            target = target[parent]
+        if value is KeyError:
+            del target[key]
+        else:
+            target[key] = value
+    return results
+
+
+@pytest.mark.parametrize("results, named", [
+    (_broken(src_lang=KeyError), "src_lang"),
+    (_broken(tgt_lang="German"), "tgt_lang"),
+    (_broken(bleu={}), "bleu"),
+    (_broken(**{"bleu.test.score": "35"}), "score"),
+    (_broken(**{"bleu.test.score": 135.0}), "score"),
+    (_broken(**{"bleu.test.signature": KeyError}), "signature"),
+    (_broken(training=[1, 2]), "training"),
+    (["not", "a", "dict"], "results"),
+])
+def test_bad_results_raise_value_errors_naming_the_key(results, named):
+    with pytest.raises(ValueError, match=named):
+        render_model_card(tiny_config(), results, REPO)
+
+
+def test_bad_arguments_raise_value_errors(tmp_path):
+    with pytest.raises(ValueError, match="results"):
+        render_model_card(tiny_config(), str(tmp_path / "missing.json"), REPO)
+    with pytest.raises(ValueError, match="repo_id"):
+        render_model_card(tiny_config(), RESULTS, "no-namespace")
+    with pytest.raises(ValueError, match="template_path"):
+        render_model_card(tiny_config(), RESULTS, REPO, template_path=tmp_path / "nope.md")

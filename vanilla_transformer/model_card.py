@@ -1,0 +1,232 @@
+"""Writes the Hub model card (README.md) of a trained model from its config and its run's results.
+
+The card is `model_cards/TEMPLATE.md`, a Jinja2 template rendered by `huggingface_hub.ModelCard.from_template`,
+so the YAML metadata (languages, license, `library_name`, `pipeline_tag`, tags, datasets, metrics and the
+`model-index` with the BLEU scores) is produced by huggingface_hub's own `ModelCardData` / `EvalResult` and
+parses back with `ModelCard.load`. What this module adds is the content: which paper choices the config keeps
+or changes, the run's data, hyper-parameters, hardware and scores.
+
+The results JSON (written by train.py, read here) is a dict:
+
+    {
+      "src_lang": "en",                        # required, ISO 639 code of the source language
+      "tgt_lang": "de",                        # required, of the target language
+      "dataset": {                             # optional; a plain string is taken as the name
+        "name": "Multi30k",                    #   shown in the card
+        "hub_id": "bentrevett/multi30k",       #   optional Hub dataset id: goes into `datasets:` metadata
+        "train_pairs": 29000,                  #   optional, number of training sentence pairs
+        "description": "..."                   #   optional free text (preprocessing, filtering, ...)
+      },
+      "bleu": {                                # required, one entry per evaluated split
+        "test": {
+          "score": 35.2,                       #   corpus BLEU in [0, 100], as sacreBLEU reports it
+          "signature": "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0",
+          "split": "test_2016_flickr"          #   optional, the dataset split name (default: the key)
+        }
+      },
+      "training": {                            # optional
+        "steps": 10000, "epochs": 20.5,        #   optimizer updates, passes over the data
+        "train_runtime_s": 3600.0,             #   wall-clock seconds
+        "tokens_per_second": 5200.0,           #   target tokens per second (or whatever train.py measures)
+        "hardware": "2-core CPU",              #   free text
+        "hyperparameters": {"learning_rate": 7e-4, "warmup_steps": 4000, ...}   # free key -> value
+      },
+      "checkpoint_averaging": {"num_checkpoints": 5, "checkpoints": ["checkpoint-9600", ...]},  # or null
+      "decoding": {"num_beams": 4, "length_penalty": 0.6, "max_new_tokens": "source length + 50"},  # optional
+      "tokenizer": {"type": "BPE", "vocab_size": 8000},   # optional
+      "num_parameters": 9500000,               # optional, model.num_parameters()
+      "preset": "small"                        # optional; detected from the config when absent
+    }
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import logging
+import os
+import re
+from pathlib import Path
+
+from huggingface_hub import EvalResult, ModelCard, ModelCardData
+
+from .configuration_vanilla_transformer import PRESETS
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_TEMPLATE = Path(__file__).resolve().parent.parent / "model_cards" / "TEMPLATE.md"
+
+# The paper's choice for each flag that allows a later variant, and what the flag changes (PAPER_SPEC.md).
+PAPER_DEFAULTS = {
+    "normalize_before": (False, "post-norm `LayerNorm(x + Dropout(Sublayer(x)))`, section 3.1"),
+    "position_embedding_type": ("sinusoidal", "fixed sinusoidal positional encodings, section 3.5"),
+    "attention_bias": (False, "no biases in W_Q, W_K, W_V, W_O, as in tensor2tensor, the authors' code"),
+    "scale_embedding": (True, "embeddings multiplied by sqrt(d_model), section 3.4"),
+    "tie_word_embeddings": (True, "one matrix for both embeddings and the pre-softmax projection, section 3.4"),
+    "activation_function": ("relu", "FFN(x) = max(0, x W1 + b1) W2 + b2, section 3.3"),
+    "attention_dropout": (0.0, "no dropout on attention weights in the paper's text"),
+    "activation_dropout": (0.0, "no dropout inside the feed-forward network in the paper's text"),
+}
+# Sizes compared with the paper's base model (Table 3), under the paper's names.
+SIZE_FIELDS = {
+    "d_model": "d_model", "encoder_layers": "N (encoder)", "decoder_layers": "N (decoder)",
+    "encoder_attention_heads": "h (encoder)", "decoder_attention_heads": "h (decoder)",
+    "encoder_ffn_dim": "d_ff (encoder)", "decoder_ffn_dim": "d_ff (decoder)", "dropout": "P_drop",
+}
+LANGUAGE_NAMES = {"en": "English", "de": "German", "fr": "French", "cs": "Czech", "es": "Spanish", "ro": "Romanian"}
+EXAMPLES = {"en": "A man is riding a bicycle down the street.",
+            "de": "Ein Mann fährt mit dem Fahrrad die Straße entlang.", "fr": "Un homme descend la rue à vélo."}
+PAPER_URL = "https://arxiv.org/abs/1706.03762"
+CITATION = """@inproceedings{vaswani2017attention,
+  title     = {Attention Is All You Need},
+  author    = {Vaswani, Ashish and Shazeer, Noam and Parmar, Niki and Uszkoreit, Jakob and Jones, Llion and
+               Gomez, Aidan N. and Kaiser, {\\L}ukasz and Polosukhin, Illia},
+  booktitle = {Advances in Neural Information Processing Systems},
+  volume    = {30},
+  year      = {2017}
+}"""
+
+
+def paper_deviations(config) -> list[dict]:
+    """The config flags whose value differs from the paper's choice: [{name, value, paper, meaning}]."""
+    deviations = []
+    for name, (paper, meaning) in PAPER_DEFAULTS.items():
+        if not hasattr(config, name):
+            raise ValueError(f"`config` has no attribute {name!r}: pass a VanillaTransformerConfig (got "
+                             f"{type(config).__name__}).")
+        value = getattr(config, name)
+        if value != paper:
+            deviations.append({"name": name, "value": value, "paper": paper, "meaning": meaning})
+    return deviations
+
+
+def detect_preset(config) -> str | None:
+    """The name of the preset whose sizes the config has ("base", "big", "small"), None for a custom one."""
+    for name, values in PRESETS.items():
+        if all(getattr(config, key, None) == value for key, value in values.items()):
+            return name
+    return None
+
+
+def size_differences(config) -> list[dict]:
+    """Sizes that differ from the paper's base model: [{name, value, paper}]."""
+    return [{"name": label, "value": getattr(config, key), "paper": PRESETS["base"][key]}
+            for key, label in SIZE_FIELDS.items() if getattr(config, key) != PRESETS["base"][key]]
+
+
+def load_results(results) -> dict:
+    """`results` as a validated dict; a str/PathLike is read as the results JSON file."""
+    if isinstance(results, (str, os.PathLike)):
+        path = Path(results)
+        if not path.is_file():
+            raise ValueError(f"`results` file {str(path)!r} does not exist: pass the run's results JSON or a dict.")
+        results = json.loads(path.read_text(encoding="utf-8"))
+    if not isinstance(results, dict):
+        raise ValueError(f"`results` must be a dict (or a path to its JSON), got {type(results).__name__}.")
+    for key in ("src_lang", "tgt_lang"):
+        value = results.get(key)
+        if not isinstance(value, str) or not re.fullmatch(r"[a-z]{2,3}", value):
+            raise ValueError(f"`results[{key!r}]` must be an ISO 639 language code such as 'en', got {value!r}.")
+    bleu = results.get("bleu")
+    if not isinstance(bleu, dict) or not bleu:
+        raise ValueError(f"`results['bleu']` must be a non-empty dict split -> {{score, signature}}, got {bleu!r}.")
+    for split, entry in bleu.items():
+        score = entry.get("score") if isinstance(entry, dict) else None
+        if isinstance(score, bool) or not isinstance(score, (int, float)) or not 0 <= score <= 100:
+            raise ValueError(f"`results['bleu'][{split!r}]['score']` must be a number in [0, 100], got {score!r}.")
+        if not isinstance(entry.get("signature"), str) or not entry["signature"]:
+            raise ValueError(f"`results['bleu'][{split!r}]['signature']` must be the sacreBLEU signature string "
+                             f"(str(BLEU().get_signature())), got {entry.get('signature')!r}.")
+    for key in ("training", "checkpoint_averaging", "decoding", "tokenizer"):
+        if results.get(key) is not None and not isinstance(results[key], dict):
+            raise ValueError(f"`results[{key!r}]` must be a dict or absent, got {type(results[key]).__name__}.")
+    return results
+
+
+def _dataset(results: dict) -> dict:
+    dataset = results.get("dataset") or {}
+    if isinstance(dataset, str):
+        dataset = {"name": dataset}
+    if not isinstance(dataset, dict):
+        raise ValueError(f"`results['dataset']` must be a dict or a name, got {type(dataset).__name__}.")
+    return {"name": dataset.get("name") or dataset.get("hub_id") or "unknown", **dataset}
+
+
+def _duration(seconds) -> str | None:
+    return None if seconds is None else str(datetime.timedelta(seconds=round(float(seconds))))
+
+
+def _eval_results(results: dict, dataset: dict) -> list[EvalResult]:
+    # One model-index entry per split; the sacreBLEU signature travels with the score (metric args).
+    pair = f"{results['src_lang']}-{results['tgt_lang']}"
+    return [
+        EvalResult(
+            task_type="translation", task_name=f"Translation {pair}",
+            dataset_type=dataset.get("hub_id") or dataset["name"].lower(), dataset_name=dataset["name"],
+            dataset_config=pair, dataset_split=entry.get("split") or split,
+            metric_type="bleu", metric_name="BLEU (sacreBLEU)", metric_value=entry["score"],
+            metric_args={"signature": entry["signature"]},
+        )
+        for split, entry in results["bleu"].items()
+    ]
+
+
+def render_model_card(config, results, repo_id: str | None = None, *, model_name: str | None = None,
+                      license: str = "apache-2.0", tags=(), template_path=None) -> ModelCard:
+    """The model card as a `huggingface_hub.ModelCard` (see the module docstring for `results`)."""
+    results = load_results(results)
+    template_path = Path(template_path) if template_path is not None else DEFAULT_TEMPLATE
+    if not template_path.is_file():
+        raise ValueError(f"`template_path` {str(template_path)!r} does not exist: pass the path of "
+                         "model_cards/TEMPLATE.md from the vanilla-transformer repository.")
+    if repo_id is not None and not re.fullmatch(r"[\w.-]+/[\w.-]+", repo_id):
+        raise ValueError(f"`repo_id` must look like 'namespace/name', got {repo_id!r}.")
+    src, tgt = results["src_lang"], results["tgt_lang"]
+    dataset = _dataset(results)
+    model_name = model_name or (repo_id.split("/")[-1] if repo_id else f"vanilla-transformer-{src}-{tgt}")
+    preset = results.get("preset") or detect_preset(config)
+    card_data = ModelCardData(
+        language=[src, tgt], license=license, library_name="transformers", pipeline_tag="translation",
+        tags=["translation", "vanilla-transformer", "attention-is-all-you-need", "seq2seq", *tags],
+        datasets=[dataset["hub_id"]] if dataset.get("hub_id") else None, metrics=["bleu"],
+        model_name=model_name, eval_results=_eval_results(results, dataset),
+    )
+    training = results.get("training") or {}
+    src_name = LANGUAGE_NAMES.get(src, src)
+    averaging = results.get("checkpoint_averaging")
+    context = dict(
+        model_name=model_name, repo_ref=repo_id or "path/to/this/checkpoint", src=src, tgt=tgt,
+        src_name=src_name, tgt_name=LANGUAGE_NAMES.get(tgt, tgt), article="An" if src_name[0] in "AEIOU" else "A",
+        example=EXAMPLES.get(src, EXAMPLES["en"]), paper_url=PAPER_URL, citation=CITATION, preset=preset,
+        config=config, deviations=paper_deviations(config), sizes=size_differences(config), dataset=dataset,
+        # "|" separates Markdown table cells, even inside a code span: the signature's bars are escaped.
+        bleu=[{"split": entry.get("split") or key, "score": entry["score"],
+               "signature_md": entry["signature"].replace("|", "\\|")} for key, entry in results["bleu"].items()],
+        training=training, hyperparameters=training.get("hyperparameters") or {},
+        runtime=_duration(training.get("train_runtime_s")), averaging=averaging,
+        decoding=results.get("decoding") or {}, tokenizer=results.get("tokenizer") or {},
+        num_parameters=results.get("num_parameters"),
+    )
+    return ModelCard.from_template(card_data, template_path=str(template_path), **context)
+
+
+def write_model_card(output_dir, config, results, repo_id: str | None = None, **kwargs) -> str:
+    """Write `output_dir/README.md` (the Hub model card) and return its path.
+
+    Args:
+        output_dir: the checkpoint directory that will be pushed (created if missing).
+        config: the model's `VanillaTransformerConfig`.
+        results: the run's results dict, or the path of its JSON file (schema in the module docstring).
+        repo_id: the Hub repo the model goes to ("namespace/name"), used in the usage snippets.
+        **kwargs: `model_name`, `license` (default "apache-2.0"), extra `tags`, `template_path`.
+    """
+    card = render_model_card(config, results, repo_id, **kwargs)
+    path = Path(output_dir) / "README.md"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    card.save(path)
+    logger.info("model card written to %s", path)
+    return str(path)
+
+
+__all__ = ["PAPER_DEFAULTS", "detect_preset", "load_results", "paper_deviations", "render_model_card",
+           "size_differences", "write_model_card"]
