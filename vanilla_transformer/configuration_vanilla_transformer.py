@@ -9,6 +9,8 @@ This file imports only transformers and huggingface_hub: it is copied into every
 remote code (see `register_for_auto_class`), where this package may not be installed.
 """
 
+from dataclasses import field
+
 from huggingface_hub.dataclasses import strict
 from transformers import PretrainedConfig
 
@@ -97,10 +99,29 @@ class VanillaTransformerConfig(PretrainedConfig):
     bos_token_id: int | None = 1
     eos_token_id: int | None = 2
     decoder_start_token_id: int | None = 1
+    # `pipeline("translation", model=<checkpoint>, trust_remote_code=True)` reads this (transformers 5 has no
+    # translation pipeline of its own): the class is in pipeline_vanilla_transformer.py, shipped with the model code.
+    custom_pipelines: dict = field(
+        default_factory=lambda: {
+            "translation": {
+                "impl": "pipeline_vanilla_transformer.TranslationPipeline",
+                "pt": ["AutoModelForSeq2SeqLM"],
+                "type": "text",
+            }
+        }
+    )
 
     def __post_init__(self, **kwargs):
         super().__post_init__(**kwargs)
         self._check()
+
+    def to_dict(self):
+        output = super().to_dict()
+        # `pipeline()` turns the names under "pt" into classes, in place (transformers' `clean_custom_task`): write
+        # the names back, so that a config that went through `pipeline(..., config=config)` still saves as JSON.
+        for info in output.get("custom_pipelines", {}).values():
+            info["pt"] = [c if isinstance(c, str) else c.__name__ for c in info.get("pt", ())]
+        return output
 
     @classmethod
     def from_preset(cls, name: str, **overrides) -> "VanillaTransformerConfig":

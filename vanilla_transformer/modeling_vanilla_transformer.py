@@ -29,6 +29,9 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel
 from transformers.utils import logging
 
 from .configuration_vanilla_transformer import VanillaTransformerConfig
+# Unused here: the import makes `save_pretrained` copy the translation pipeline next to this file (it copies the
+# relative imports of the model code), for `pipeline("translation", model=<checkpoint>, trust_remote_code=True)`.
+from .pipeline_vanilla_transformer import TranslationPipeline  # noqa: F401
 
 
 logger = logging.get_logger(__name__)

@@ -14,11 +14,11 @@ Design (the choices, and why):
   extra merges and the vocabulary is unreadable. Here the base alphabet is the *characters* of the
   corpus, and only a character the tokenizer has never seen falls back to its UTF-8 bytes, the 256
   tokens `<0x00>` ... `<0xFF>`. So `<unk>` exists (transformers expects one) but is never produced.
-- **NFC normalizer** (then `Prepend("▁")`, see below): the same letter can be typed precomposed (`ä`, U+00E4) or decomposed (`a` +
-  U+0308); NFC makes both the same tokens. It is the only normalization: no lower-casing, no
-  accent stripping, no whitespace collapsing, so that cased, detokenized BLEU is computed on what
-  the model really produces. (A decomposed input therefore decodes to its NFC form, which
-  compares equal after NFC and renders the same.)
+- **NFC normalizer** (then `Prepend("▁")`, see below): the same letter can be typed precomposed
+  (`ä`, U+00E4) or decomposed (`a` + U+0308); NFC makes both the same tokens. It is the only
+  normalization: no lower-casing, no accent stripping, no whitespace collapsing, so that cased,
+  detokenized BLEU is computed on what the model really produces. (A decomposed input therefore
+  decodes to its NFC form, which compares equal after NFC and renders the same.)
 - **Metaspace pre-tokenizer** (`▁` marks a space, one is prepended to the text as in SentencePiece):
   spaces are part of the tokens, so decoding is the exact inverse of encoding -- no detokenizer
   (Moses or `clean_up_tokenization`) has to guess where spaces went around punctuation and quotes
@@ -32,6 +32,13 @@ Design (the choices, and why):
   shifts the labels right (section 3, "shifted right").
 - **Special tokens** `<pad>`=0, `<s>`=1, `</s>`=2, `<unk>`=3 (the ids of `VanillaTransformerConfig`),
   then the 256 byte tokens (4..259), then the learned characters and merges.
+
+Checked on all 93,042 lines of Multi30k (train/val/test, English, German and French) with a vocabulary
+of 8000 trained on the English and German training text in about 2 s: `decode(encode(line),
+skip_special_tokens=True) == line` for every line, leading, trailing and doubled spaces included.
+Too small a corpus for `vocab_size` is not an error: the trainer stops when no pair occurs
+`min_frequency` times, the vocabulary is smaller (a warning says so), and `len(tokenizer)` is the
+`vocab_size` the model must be built with (`check_tokenizer_fits_model` enforces it).
 
 The saved tokenizer is plain transformers 5 (`tokenizer_class: "TokenizersBackend"`, the class that
 `PreTrainedTokenizerFast` is an alias of, and a `tokenizer.json`); loading it needs no code from this
