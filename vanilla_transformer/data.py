@@ -1,0 +1,761 @@
+"""Parallel corpora through `datasets`, tokenization, and token-based batching (section 5.1).
+
+The data path of the package, in the order a sentence pair travels:
+
+1. `load_parallel_corpus` reads a parallel corpus -- `{split}.{lang}[.gz]` line files (Multi30k,
+   Moses/fairseq layout), TSV or JSON Lines files, a `save_to_disk` directory, or a Hub dataset with
+   a `translation` column (the WMT14 layout) -- into a `DatasetDict` with two string columns,
+   `"source"` and `"target"`, in the direction the caller asks for.
+2. `tokenize_corpus` encodes both sides with the shared subword tokenizer (`Dataset.map`: batched,
+   cached on disk, `num_proc` processes) and drops the pairs a model should not be trained on,
+   logging how many and why.
+3. `TokenBatchSampler` groups pairs of similar length into batches of at most `max_tokens` padded
+   tokens, the paper's "batched together by approximate sequence length ... approximately 25000
+   source tokens and 25000 target tokens" (section 5.1), instead of a fixed number of sentences.
+
+Padding is not done here: `transformers.DataCollatorForSeq2Seq(tokenizer, model,
+label_pad_token_id=-100)` pads `input_ids` (and builds `attention_mask`) and pads `labels` with -100.
+"""
+
+from __future__ import annotations
+
+import gzip
+import logging
+import math
+import os
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import datasets
+import numpy as np
+import torch
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_SPLITS = ("train", "validation", "test")
+
+# Columns the model consumes. `tokenize_corpus` also keeps "source"/"target" (the raw text: references
+# for BLEU, aligned with the tokenized rows even after filtering) and "src_len"/"tgt_len" (for
+# `TokenBatchSampler`). The Trainer's default `remove_unused_columns=True` drops all four before
+# collation because the model's forward takes none of them; without it, use
+# `dataset.select_columns(MODEL_INPUT_COLUMNS)`.
+MODEL_INPUT_COLUMNS = ("input_ids", "labels")
+
+_PAIR_FEATURES = datasets.Features({"source": datasets.Value("string"), "target": datasets.Value("string")})
+_STRING_DTYPES = ("string", "large_string")
+_TABLE_SUFFIXES = (".tsv", ".tsv.gz", ".jsonl", ".jsonl.gz", ".json")
+
+
+# ----------------------------------------------------------------------------------------------------
+# 1. Loading
+# ----------------------------------------------------------------------------------------------------
+
+
+def load_parallel_corpus(
+    source: str | os.PathLike | datasets.DatasetDict | datasets.Dataset,
+    src_lang: str,
+    tgt_lang: str,
+    splits: Sequence[str] = DEFAULT_SPLITS,
+    split_names: Mapping[str, str] | None = None,
+    *,
+    config_name: str | None = None,
+    src_column: str | None = None,
+    tgt_column: str | None = None,
+    column_names: Sequence[str] | None = None,
+    cache_dir: str | os.PathLike | None = None,
+) -> datasets.DatasetDict:
+    """Load a parallel corpus as a `DatasetDict` of `{"source": str, "target": str}` rows.
+
+    Args:
+        source: where the pairs are:
+            - a directory of line files `{split}.{lang}` or `{split}.{lang}.gz` (one sentence per line,
+              line N of one language translating line N of the other), e.g. ../shared/data/multi30k;
+            - a directory with one table file per split, `{split}.tsv[.gz]` or `{split}.jsonl[.gz]`;
+            - a single `.tsv[.gz]`, `.jsonl[.gz]` or `.json` file (one split: pass one name in `splits`);
+            - a directory written by `Dataset.save_to_disk` / `DatasetDict.save_to_disk`;
+            - a `datasets.Dataset` / `DatasetDict` object already in memory;
+            - otherwise a Hub dataset id, loaded with `datasets.load_dataset(source, config_name)`.
+            Tables and datasets either have a `translation` column of `{lang: text}` dicts (the WMT14
+            layout) or one column per side (see `src_column`).
+        src_lang, tgt_lang: language codes, e.g. "en" and "de". They pick the files
+            (`train.en`), the keys of the `translation` dicts, and by default the table columns;
+            swapping them swaps the direction.
+        splits: the splits to return, under these names.
+        split_names: where a returned split is found in `source` when its name there differs, e.g.
+            Multi30k: `{"validation": "val", "test": "test_2016_flickr"}`. Unlisted splits keep their name.
+        config_name: the Hub dataset's configuration, e.g. `"de-en"` for `"wmt/wmt14"`.
+        src_column, tgt_column: table/dataset columns holding each side, when there is no
+            `translation` column or you want other columns than those named `src_lang` / `tgt_lang`.
+        column_names: names of the columns of a TSV file WITHOUT a header row, in order; by default
+            the first row of a TSV file is its header.
+        cache_dir: where `datasets` writes its Arrow cache (default `HF_DATASETS_CACHE`).
+
+    Raises:
+        ValueError: before any training, naming the file or argument and the fix, for a missing or
+            empty data file, source and target files with different line counts, a language or column
+            that is not in the data (listing those that are), or a split that does not exist.
+    """
+    splits, split_names = _check_split_args(splits, split_names)
+    _check_lang_args(src_lang, tgt_lang, src_column, tgt_column)
+    cache_dir = None if cache_dir is None else str(cache_dir)
+    pair = dict(src_lang=src_lang, tgt_lang=tgt_lang, src_column=src_column, tgt_column=tgt_column)
+
+    if isinstance(source, (datasets.Dataset, datasets.DatasetDict)):
+        raw = _pick_splits(source, splits, split_names, origin="the in-memory dataset")
+        return datasets.DatasetDict({s: _to_pair(ds, origin=f"split {s!r}", **pair) for s, ds in raw.items()})
+
+    path = Path(source).expanduser()
+    if path.is_file():
+        if len(splits) != 1:
+            raise ValueError(
+                f"`source`={str(source)!r} is a single file, which holds one split, but `splits`={list(splits)} "
+                f"asks for {len(splits)}: pass e.g. `splits=('train',)`, or a directory with one file per "
+                f"split (`train.tsv`, `validation.tsv`, ...)."
+            )
+        ds = _load_table_file(path, splits[0], column_names, cache_dir)
+        return datasets.DatasetDict({splits[0]: _to_pair(ds, origin=f"file {str(path)!r}", **pair)})
+    if path.is_dir():
+        if (path / "dataset_dict.json").is_file() or (path / "state.json").is_file():
+            saved = datasets.load_from_disk(str(path))
+            raw = _pick_splits(saved, splits, split_names, origin=f"the saved dataset {str(path)!r}")
+            return datasets.DatasetDict({s: _to_pair(ds, origin=f"split {s!r} of {str(path)!r}", **pair) for s, ds in raw.items()})
+        return _load_split_files(path, splits, split_names, column_names, cache_dir, **pair)
+    if _looks_like_local_path(str(source)):
+        raise ValueError(
+            f"`source`={str(source)!r} does not exist: pass an existing directory of `{{split}}.{{lang}}[.gz]` "
+            f"files, a .tsv/.jsonl file, a `save_to_disk` directory, or a Hub dataset id such as 'wmt/wmt14'."
+        )
+    return _load_hub_dataset(str(source), config_name, splits, split_names, cache_dir, **pair)
+
+
+def _check_split_args(splits, split_names) -> tuple[tuple[str, ...], dict[str, str]]:
+    if isinstance(splits, str):
+        splits = (splits,)  # a lone "train" is unambiguous; iterating it would give "t", "r", ...
+    splits = tuple(splits)
+    if not splits or not all(isinstance(s, str) and s for s in splits) or len(set(splits)) != len(splits):
+        raise ValueError(f"`splits` must be distinct non-empty split names, got {list(splits)!r}: e.g. ('train', 'validation').")
+    split_names = dict(split_names or {})
+    unknown = sorted(set(split_names) - set(splits))
+    if unknown:
+        raise ValueError(
+            f"`split_names` maps {unknown} but `splits`={list(splits)} does not ask for them: its keys are the "
+            f"names you want back (e.g. 'validation'), its values the names in the data (e.g. 'val')."
+        )
+    return splits, split_names
+
+
+def _check_lang_args(src_lang, tgt_lang, src_column, tgt_column) -> None:
+    for name, value in (("src_lang", src_lang), ("tgt_lang", tgt_lang)):
+        if not isinstance(value, str) or not value.strip():
+            raise ValueError(f"`{name}` must be a language code such as 'en' or 'de', got {value!r}.")
+    if src_lang == tgt_lang:
+        raise ValueError(f"`src_lang` and `tgt_lang` are both {src_lang!r}: pass two different languages, e.g. 'en' and 'de'.")
+    if src_column is not None and src_column == tgt_column:
+        raise ValueError(f"`src_column` and `tgt_column` are both {src_column!r}: name the two columns of the pair.")
+
+
+def _looks_like_local_path(source: str) -> bool:
+    # A Hub id is `name` or `owner/name`. Something that starts like a path, has more than one "/",
+    # or ends like a data file is a local path that does not exist, and gets that error rather than
+    # a failed Hub lookup.
+    return (
+        source.startswith(("/", ".", "~"))
+        or source.count("/") > 1
+        or (os.sep != "/" and os.sep in source)
+        or source.endswith((".gz", ".tsv", ".jsonl", ".json", ".txt"))
+    )
+
+
+def _pick_splits(found, splits, split_names, origin: str) -> dict[str, datasets.Dataset]:
+    if isinstance(found, datasets.Dataset):
+        if len(splits) != 1:
+            raise ValueError(
+                f"{origin} is a single `Dataset` (one split) but `splits`={list(splits)} asks for {len(splits)}: "
+                f"pass one split name, e.g. `splits=('train',)`, or save a `DatasetDict`."
+            )
+        return {splits[0]: found}
+    picked = {}
+    for split in splits:
+        name = split_names.get(split, split)
+        if name not in found:
+            raise ValueError(
+                f"Split {name!r} (for `splits` entry {split!r}) does not exist in {origin}; it has "
+                f"{sorted(found)}: pass `split_names={{{split!r}: <one of those>}}` or leave {split!r} out of `splits`."
+            )
+        picked[split] = found[name]
+    return picked
+
+
+def _to_pair(ds: datasets.Dataset, src_lang, tgt_lang, src_column, tgt_column, origin: str) -> datasets.Dataset:
+    """Reduce a table/dataset to the two string columns "source" and "target"."""
+    if src_column is None and tgt_column is None and "translation" in ds.column_names:
+        feature = ds.features["translation"]
+        languages = list(feature.languages) if isinstance(feature, datasets.Translation) else list(feature)
+        for arg, lang in (("src_lang", src_lang), ("tgt_lang", tgt_lang)):
+            if lang not in languages:
+                raise ValueError(
+                    f"`{arg}`={lang!r} is not a language of the `translation` column of {origin}; it has "
+                    f"{sorted(languages)}: pass one of those."
+                )
+        # Flattening a struct column is an Arrow operation: no copy of the text.
+        ds = ds.select_columns(["translation"]).flatten()
+        columns = (f"translation.{src_lang}", f"translation.{tgt_lang}")
+    else:
+        columns = (src_column or src_lang, tgt_column or tgt_lang)
+        args = ("src_column" if src_column else "src_lang", "tgt_column" if tgt_column else "tgt_lang")
+        for arg, column in zip(args, columns):
+            if column not in ds.column_names:
+                raise ValueError(
+                    f"{origin} has no column {column!r} (from `{arg}`); its columns are {ds.column_names}: pass "
+                    f"`src_column`/`tgt_column` naming the source and target columns, or a dataset with a "
+                    f"`translation` column."
+                )
+    for column in columns:
+        dtype = getattr(ds.features[column], "dtype", None)
+        if dtype not in _STRING_DTYPES:
+            raise ValueError(f"Column {column!r} of {origin} holds {ds.features[column]}, not text: name a column of strings.")
+    ds = ds.select_columns(list(columns))
+    # Via temporary names, so that a dataset whose columns are already called "source"/"target" can be
+    # loaded in the swapped direction.
+    ds = ds.rename_columns({columns[0]: "__source__", columns[1]: "__target__"})
+    ds = ds.rename_columns({"__source__": "source", "__target__": "target"})
+    if len(ds) == 0:
+        raise ValueError(f"{origin} has no rows: check the data, or leave that split out of `splits`.")
+    return ds
+
+
+def _load_hub_dataset(dataset_id, config_name, splits, split_names, cache_dir, **pair) -> datasets.DatasetDict:
+    try:
+        found = datasets.load_dataset(dataset_id, config_name, cache_dir=cache_dir)
+    except (ConnectionError, FileNotFoundError) as error:
+        raise ValueError(
+            f"Could not load the Hub dataset `source`={dataset_id!r} (config {config_name!r}): {error}. Check the "
+            f"id and `config_name` (WMT14 EN-DE: source='wmt/wmt14', config_name='de-en'), the network or "
+            f"HF_HUB_OFFLINE, or pass a local directory."
+        ) from error
+    raw = _pick_splits(found, splits, split_names, origin=f"the Hub dataset {dataset_id!r}")
+    return datasets.DatasetDict({s: _to_pair(ds, origin=f"split {s!r} of {dataset_id!r}", **pair) for s, ds in raw.items()})
+
+
+def _load_split_files(directory: Path, splits, split_names, column_names, cache_dir, src_lang, tgt_lang, **columns):
+    loaded = {}
+    for split in splits:
+        stem = split_names.get(split, split)
+        src_file, tgt_file = _find_line_file(directory, stem, src_lang), _find_line_file(directory, stem, tgt_lang)
+        table = next((directory / f"{stem}{suffix}" for suffix in _TABLE_SUFFIXES if (directory / f"{stem}{suffix}").is_file()), None)
+        if src_file and tgt_file:
+            loaded[split] = _load_line_files(src_file, tgt_file, split, cache_dir)
+        elif table is not None:
+            ds = _load_table_file(table, split, column_names, cache_dir)
+            loaded[split] = _to_pair(ds, src_lang, tgt_lang, origin=f"file {str(table)!r}", **columns)
+        else:
+            languages = _line_file_languages(directory, stem)
+            if languages:  # the split exists, a language does not
+                missing, arg = (src_lang, "src_lang") if src_file is None else (tgt_lang, "tgt_lang")
+                raise ValueError(
+                    f"`{arg}`={missing!r}: there is no {stem}.{missing} or {stem}.{missing}.gz in {str(directory)!r}; "
+                    f"split {stem!r} has the languages {languages}: pass one of those."
+                )
+            available = _split_stems(directory)
+            raise ValueError(
+                f"Split {stem!r} (for `splits` entry {split!r}) does not exist in {str(directory)!r}: no "
+                f"{stem}.{{lang}}[.gz] and no {stem}.tsv/.jsonl file. The directory has the splits {available}: "
+                f"pass `split_names={{{split!r}: <one of those>}}` or leave {split!r} out of `splits`."
+            )
+        logger.info("Loaded %d pairs for split %r from %s.", len(loaded[split]), split, directory)
+    return datasets.DatasetDict(loaded)
+
+
+def _find_line_file(directory: Path, stem: str, lang: str) -> Path | None:
+    for name in (f"{stem}.{lang}", f"{stem}.{lang}.gz"):
+        if (directory / name).is_file():
+            return directory / name
+    return None
+
+
+def _line_file_languages(directory: Path, stem: str) -> list[str]:
+    names = (p.name.removesuffix(".gz") for p in directory.glob(f"{stem}.*") if p.is_file())
+    return sorted({n[len(stem) + 1 :] for n in names if "." not in n[len(stem) + 1 :]} - {"tsv", "jsonl", "json"})
+
+
+def _split_stems(directory: Path) -> list[str]:
+    """Names of the splits present: stems with a table file or with line files in two or more languages
+    (so that README.md is not taken for a split)."""
+    languages: dict[str, set[str]] = {}
+    tables = set()
+    for p in directory.iterdir():
+        name = p.name.removesuffix(".gz")
+        if p.is_file() and "." in name:
+            stem, suffix = name.rsplit(".", 1)
+            (tables.add(stem) if f".{suffix}" in _TABLE_SUFFIXES else languages.setdefault(stem, set()).add(suffix))
+    return sorted(tables | {stem for stem, langs in languages.items() if len(langs) >= 2})
+
+
+def _open_text(path: Path):
+    # newline="\n": a line ends at "\n" only. Python's default (universal newlines, also what the
+    # `datasets` "text" builder uses) would also end one at a stray "\r" inside a sentence -- web-crawled
+    # corpora have them -- and shift every later line of that file out of alignment with the other.
+    if path.name.endswith(".gz"):
+        return gzip.open(path, "rt", encoding="utf-8", newline="\n")
+    return open(path, encoding="utf-8", newline="\n")
+
+
+def _strip_eol(line: str) -> str:
+    line = line[:-1] if line.endswith("\n") else line
+    return line[:-1] if line.endswith("\r") else line  # CRLF files
+
+
+def _count_lines(path: Path) -> int:
+    """Lines as `_open_text` splits them (a last line without "\\n" counts), read in binary for speed."""
+    opener = gzip.open if path.name.endswith(".gz") else open
+    count, last = 0, b"\n"
+    with opener(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            count += chunk.count(b"\n")
+            last = chunk[-1:]
+    return count + (last != b"\n")
+
+
+def _file_stamp(path: Path) -> tuple[str, int, int]:
+    # Part of the generator's arguments, hence of the cache key: an edited file is read again.
+    stat = path.stat()
+    return str(path.resolve()), stat.st_size, stat.st_mtime_ns
+
+
+def _generate_line_pairs(src_stamp, tgt_stamp) -> Iterator[dict[str, str]]:
+    with _open_text(Path(src_stamp[0])) as src, _open_text(Path(tgt_stamp[0])) as tgt:
+        for s, t in zip(src, tgt):
+            yield {"source": _strip_eol(s), "target": _strip_eol(t)}
+
+
+def _load_line_files(src_file: Path, tgt_file: Path, split: str, cache_dir) -> datasets.Dataset:
+    # Counted before anything is built so that a bad corpus fails at once, with both numbers.
+    counts = {f: _count_lines(f) for f in (src_file, tgt_file)}
+    for f, n in counts.items():
+        if n == 0:
+            raise ValueError(f"Data file {str(f)!r} is empty: it must hold one sentence per line.")
+    if counts[src_file] != counts[tgt_file]:
+        raise ValueError(
+            f"Source and target files of split {split!r} have different line counts: {str(src_file)!r} has "
+            f"{counts[src_file]} lines, {str(tgt_file)!r} has {counts[tgt_file]}. Line N of one must translate "
+            f"line N of the other: fix the files (a sentence with an embedded newline, a truncated download)."
+        )
+    # `from_generator` writes Arrow files to the cache, so the corpus is memory-mapped, not held in RAM
+    # (WMT14 has 4.5M pairs), and `Dataset.map` on it can cache its results.
+    return datasets.Dataset.from_generator(
+        _generate_line_pairs,
+        features=_PAIR_FEATURES,
+        gen_kwargs={"src_stamp": _file_stamp(src_file), "tgt_stamp": _file_stamp(tgt_file)},
+        cache_dir=cache_dir,
+        split=datasets.NamedSplit(split),
+    )
+
+
+def _generate_tsv_rows(stamp, column_names) -> Iterator[dict[str, str]]:
+    path = Path(stamp[0])
+    with _open_text(path) as f:
+        header = list(column_names) if column_names else _strip_eol(next(f)).split("\t")
+        first = 1 if column_names else 2
+        for number, line in enumerate(f, start=first):
+            fields = _strip_eol(line).split("\t")
+            if len(fields) != len(header):
+                raise ValueError(
+                    f"Line {number} of {str(path)!r} has {len(fields)} tab-separated fields, the header "
+                    f"{header} has {len(header)}: fix the line (a tab inside a sentence?)."
+                )
+            yield dict(zip(header, fields))
+
+
+def _load_table_file(path: Path, split: str, column_names, cache_dir) -> datasets.Dataset:
+    name = path.name.removesuffix(".gz")
+    if name.endswith(".tsv"):
+        # Parsed by hand rather than with the "csv" builder (pandas): pandas reads quotes as quoting,
+        # "NA"/"null" as missing values, "1984" as a number, and takes a row with one field too many
+        # as an index column -- each silently changes a sentence.
+        if _count_lines(path) <= (0 if column_names else 1):
+            raise ValueError(f"Data file {str(path)!r} is empty: it must hold a header row and one pair per line.")
+        with _open_text(path) as f:
+            header = list(column_names) if column_names else _strip_eol(f.readline()).split("\t")
+        if len(set(header)) != len(header) or not all(header):
+            raise ValueError(f"The columns of {str(path)!r} are {header}: they must be distinct, non-empty names.")
+        try:
+            return datasets.Dataset.from_generator(
+                _generate_tsv_rows,
+                features=datasets.Features({c: datasets.Value("string") for c in header}),
+                # A tuple: `from_generator` would treat a list argument as a list of shards.
+                gen_kwargs={"stamp": _file_stamp(path), "column_names": tuple(column_names) if column_names else None},
+                cache_dir=cache_dir,
+                split=datasets.NamedSplit(split),
+            )
+        except datasets.exceptions.DatasetGenerationError as error:
+            if isinstance(error.__cause__, ValueError):  # ours, about a malformed line: surface it as is
+                raise ValueError(str(error.__cause__)) from error
+            raise
+    if name.endswith((".jsonl", ".json")):
+        if _count_lines(path) == 0:
+            raise ValueError(f"Data file {str(path)!r} is empty: it must hold one JSON object per line.")
+        return datasets.load_dataset("json", data_files={split: str(path)}, cache_dir=cache_dir)[split]
+    raise ValueError(
+        f"`source`={str(path)!r} is a file of unknown format: use `.tsv[.gz]` (a header row, then one "
+        f"tab-separated pair per line), `.jsonl[.gz]`, or a directory of `{{split}}.{{lang}}[.gz]` line files."
+    )
+
+
+# ----------------------------------------------------------------------------------------------------
+# 2. Tokenization and filtering
+# ----------------------------------------------------------------------------------------------------
+
+# Why a pair is dropped, in the order the reasons are checked (a pair counts under the first that applies).
+KEEP, EMPTY, TOO_LONG, BAD_RATIO = 0, 1, 2, 3
+_REASONS = {EMPTY: "empty", TOO_LONG: "too long", BAD_RATIO: "bad length ratio"}
+
+
+def drop_reasons(src_len, tgt_len, max_length: int, max_length_ratio: float | None, check_empty: bool = True) -> np.ndarray:
+    """Per pair: `KEEP`, `EMPTY`, `TOO_LONG` or `BAD_RATIO` (lengths counted with the final `</s>`).
+
+    - EMPTY: a side is only `</s>` (an empty or blank sentence).
+    - TOO_LONG: a side has more than `max_length` tokens.
+    - BAD_RATIO: the longer side has more than `max_length_ratio` times the tokens of the shorter one,
+      counting subword tokens without `</s>` as Moses' clean-corpus-n.perl counts the (BPE) tokens of
+      its input (it drops a pair if `len(e)/len(f) > ratio` or `len(f)/len(e) > ratio`).
+    """
+    src_len, tgt_len = np.asarray(src_len, dtype=np.int64), np.asarray(tgt_len, dtype=np.int64)
+    reasons = np.full(src_len.shape, KEEP, dtype=np.int8)
+    if max_length_ratio is not None:
+        text_src, text_tgt = np.maximum(src_len - 1, 1), np.maximum(tgt_len - 1, 1)
+        ratio = np.maximum(text_src, text_tgt) / np.minimum(text_src, text_tgt)
+        reasons[ratio > max_length_ratio] = BAD_RATIO
+    reasons[(src_len > max_length) | (tgt_len > max_length)] = TOO_LONG
+    if check_empty:
+        reasons[(src_len <= 1) | (tgt_len <= 1)] = EMPTY
+    return reasons
+
+
+def _tokenize_batch(batch: dict[str, list], tokenizer) -> dict[str, list]:
+    # Outer whitespace is not part of a sentence; stripping it also makes a blank line "empty".
+    # None (a JSON row without that key) reads as empty and is then counted, not crashed on.
+    src = [(s or "").strip() for s in batch["source"]]
+    tgt = [(t or "").strip() for t in batch["target"]]
+    encoded = tokenizer(src, text_target=tgt, truncation=False, return_attention_mask=False)
+    return {
+        "input_ids": encoded["input_ids"],
+        "labels": encoded["labels"],
+        "src_len": [len(ids) for ids in encoded["input_ids"]],
+        "tgt_len": [len(ids) for ids in encoded["labels"]],
+    }
+
+
+def _keep_batch(src_len, tgt_len, max_length, max_length_ratio, check_empty) -> list[bool]:
+    return (drop_reasons(src_len, tgt_len, max_length, max_length_ratio, check_empty) == KEEP).tolist()
+
+
+def _check_tokenizer(tokenizer) -> None:
+    eos = getattr(tokenizer, "eos_token_id", None)
+    if eos is None:
+        raise ValueError(f"`tokenizer` ({type(tokenizer).__name__}) has no eos_token: use one made by `train_tokenizer`, whose `</s>` ends every sequence.")
+    probe = tokenizer(["a"], text_target=["a"])
+    if "labels" not in probe or probe["input_ids"][0][-1:] != [eos] or probe["labels"][0][-1:] != [eos]:
+        raise ValueError(
+            f"`tokenizer` ({type(tokenizer).__name__}) does not end encoded sequences with `</s>` (id {eos}): "
+            f"got {probe['input_ids'][0]} for 'a'. The model learns to stop from that token; give the tokenizer "
+            f"a post-processor that appends it (`TemplateProcessing(single='$A </s>')`, as `train_tokenizer` does)."
+        )
+
+
+def tokenize_corpus(
+    dsd: datasets.DatasetDict,
+    tokenizer,
+    max_length: int = 256,
+    max_length_ratio: float | None = 2.5,
+    num_proc: int | None = None,
+    *,
+    train_splits: Sequence[str] = ("train",),
+    batch_size: int = 1000,
+) -> datasets.DatasetDict:
+    """Encode a corpus from `load_parallel_corpus` and drop the pairs unfit for training.
+
+    Each row gains `input_ids` and `labels` (`tokenizer(source, text_target=target)`, both ending in
+    `</s>`, no `<s>`: the model prepends the start token itself) and `src_len` / `tgt_len`, their
+    lengths; `source` and `target` are kept (references for BLEU that stay aligned after filtering).
+    Trainer's `remove_unused_columns=True` (its default) drops all but `MODEL_INPUT_COLUMNS` before
+    `DataCollatorForSeq2Seq`; otherwise select them yourself.
+
+    Filtering (counts per split and reason are logged):
+    - training splits (`train_splits`): pairs with an empty side, a side longer than `max_length`
+      tokens, or a length ratio above `max_length_ratio` are dropped (`drop_reasons`);
+    - other splits (validation, test): only pairs longer than `max_length` are dropped, since the model
+      cannot take them, and with a WARNING, since the score is then not on the full set: raise
+      `max_length` to keep them. Empty and unbalanced pairs are kept: the references are what they are.
+
+    The ratio filter removes misaligned pairs (a sentence against a paragraph, or against a fragment),
+    which web-crawled corpora such as WMT's CommonCrawl hold. Moses' clean-corpus-n.perl defaults to a
+    ratio of 9; fairseq's WMT14 EN-DE recipe (prepare-wmt14en2de.sh) runs it with `-ratio 1.5` on BPE
+    tokens, and with 1 to 250 tokens per side. 1.5 drops many clean but short pairs (3 tokens
+    against 5 is a ratio of 1.67); the default 2.5 still removes gross misalignments and drops almost
+    nothing of a clean corpus (Multi30k). Pass 1.5 and `max_length=250` to follow fairseq, None to
+    disable the ratio filter.
+
+    Args:
+        dsd: splits with string columns "source" and "target".
+        tokenizer: the shared subword tokenizer; must append `</s>` (checked).
+        max_length: longest side kept, in tokens with `</s>`; at most the model's
+            `max_position_embeddings`.
+        max_length_ratio: longest accepted ratio of the longer to the shorter side (>= 1), or None.
+        num_proc: processes for `Dataset.map` (None: this one).
+        train_splits: the splits filtered as training data; names not in `dsd` are ignored.
+        batch_size: rows per tokenizer call in `Dataset.map`.
+    """
+    if not isinstance(dsd, datasets.DatasetDict):
+        raise ValueError(f"`dsd` must be a `datasets.DatasetDict` (from `load_parallel_corpus`), got {type(dsd).__name__}: wrap a single split as `DatasetDict({{'train': ds}})`.")
+    if not isinstance(max_length, int) or max_length < 2:
+        raise ValueError(f"`max_length` must be an integer >= 2 (a token and `</s>`), got {max_length!r}: use e.g. 256, at most the model's max_position_embeddings.")
+    if max_length_ratio is not None and (not isinstance(max_length_ratio, (int, float)) or not max_length_ratio >= 1):
+        raise ValueError(f"`max_length_ratio` must be a number >= 1 or None (no ratio filter), got {max_length_ratio!r}: e.g. 2.5, or 1.5 as fairseq's WMT14 recipe.")
+    if num_proc is not None and (not isinstance(num_proc, int) or num_proc < 1):
+        raise ValueError(f"`num_proc` must be a positive integer or None, got {num_proc!r}.")
+    for split, ds in dsd.items():
+        missing = [c for c in ("source", "target") if c not in ds.column_names]
+        if missing:
+            raise ValueError(f"Split {split!r} of `dsd` lacks the column(s) {missing} (it has {ds.column_names}): load it with `load_parallel_corpus`.")
+    _check_tokenizer(tokenizer)
+
+    result = {}
+    for split, ds in dsd.items():
+        tokenized = ds.map(
+            _tokenize_batch,
+            batched=True,
+            batch_size=batch_size,
+            fn_kwargs={"tokenizer": tokenizer},
+            num_proc=num_proc,
+            desc=f"Tokenizing {split}",
+        )
+        is_train = split in train_splits
+        ratio, check_empty = (max_length_ratio, True) if is_train else (None, False)
+        reasons = drop_reasons(_column(tokenized, "src_len"), _column(tokenized, "tgt_len"), max_length, ratio, check_empty)
+        counts = {name: int((reasons == code).sum()) for code, name in _REASONS.items()}
+        dropped = len(reasons) - int((reasons == KEEP).sum())
+        if dropped:
+            tokenized = tokenized.filter(
+                _keep_batch,
+                batched=True,
+                batch_size=batch_size,
+                input_columns=["src_len", "tgt_len"],
+                fn_kwargs={"max_length": max_length, "max_length_ratio": ratio, "check_empty": check_empty},
+                num_proc=num_proc,
+                desc=f"Filtering {split}",
+            )
+        detail = ", ".join(f"{n} {name}" for name, n in counts.items() if n)
+        if is_train:
+            logger.info(
+                "Split %r: kept %d of %d pairs; dropped %d (%s) [max_length=%d, max_length_ratio=%s].",
+                split, len(tokenized), len(reasons), dropped, detail or "none", max_length, max_length_ratio,
+            )
+        elif dropped:
+            logger.warning(
+                "Split %r is not training data, yet %d of its %d pairs are longer than max_length=%d tokens and "
+                "were dropped: scores on it are not on the full set. Raise `max_length` to keep them.",
+                split, dropped, len(reasons), max_length,
+            )
+        else:
+            logger.info("Split %r: kept all %d pairs.", split, len(reasons))
+        result[split] = tokenized
+    return datasets.DatasetDict(result)
+
+
+def _column(ds: datasets.Dataset, name: str) -> np.ndarray:
+    # Through Arrow (honours a filter's index mapping), without building a Python list per row.
+    return np.asarray(ds.with_format("arrow")[name].to_numpy())
+
+
+# ----------------------------------------------------------------------------------------------------
+# 3. Token-based batching
+# ----------------------------------------------------------------------------------------------------
+
+
+class TokenBatchSampler(torch.utils.data.Sampler[list[int]]):
+    """Batches of sentence pairs of similar length, each of at most `max_tokens` padded tokens.
+
+    Section 5.1: "Sentence pairs were batched together by approximate sequence length. Each training
+    batch contained a set of sentence pairs containing approximately 25000 source tokens and 25000
+    target tokens." As fairseq's `--max-tokens`, the budget bounds the *padded* size: a batch's cost is
+    `n_sentences * max(longest source, longest target)`, which is what its tensors and memory grow with;
+    the real tokens in it are fewer by the padding (small, because lengths in a batch are close).
+
+    How batches are made (as fairseq does, but for the sort key):
+    - composition, once, at construction: the pairs are shuffled with `seed` (so that equal lengths are
+      in random order), stably sorted by `max(source length, target length)`, ties by source length,
+      and cut greedily into batches whose cost stays within `max_tokens` (and at most
+      `max_sentences` pairs);
+    - order, per epoch: the list of batches is shuffled with `(seed, epoch)`; `set_epoch(epoch)` (the
+      Trainer calls it) gives another order of the same batches.
+    Because the composition never changes, the number of batches per epoch is a constant, which the
+    Trainer's epoch and `max_steps` arithmetic relies on. Every pair is in exactly one batch.
+
+    Data parallelism: each of `num_replicas` processes builds the same batches (same lengths, same
+    `seed`) and takes every `num_replicas`-th batch of the epoch's order, starting at `rank`. When the
+    number of batches is not a multiple of `num_replicas`, the epoch's order is extended by repeating
+    its first batches (as `torch.utils.data.DistributedSampler` repeats samples), so that every rank
+    gets the same number of batches (`len(self)`) and no rank waits for another at the last step; those
+    few pairs are seen twice in that epoch. Under the Trainer/accelerate, build it with
+    `num_replicas=world_size, rank=process_index` and keep accelerate from sharding it again
+    (see the Trainer's handling of `BatchRebalanceSampler`).
+
+    Args:
+        src_lengths, tgt_lengths: tokens per source / target sequence (with `</s>`), one per example
+            (the `src_len` / `tgt_len` columns of `tokenize_corpus`; see `from_dataset`).
+        max_tokens: the budget of padded tokens per batch (the paper: ~25000 per side).
+        shuffle: shuffle the order of batches each epoch (False: shortest first, e.g. for evaluation).
+        seed: seeds the tie-breaking and the epoch shuffles; must be equal on all ranks.
+        num_replicas, rank: data-parallel world size and this process's index.
+        max_sentences: optional cap on pairs per batch (fairseq's `--batch-size`).
+    """
+
+    def __init__(
+        self,
+        src_lengths: Sequence[int] | np.ndarray,
+        tgt_lengths: Sequence[int] | np.ndarray,
+        max_tokens: int,
+        *,
+        shuffle: bool = True,
+        seed: int = 0,
+        num_replicas: int = 1,
+        rank: int = 0,
+        max_sentences: int | None = None,
+    ) -> None:
+        src, tgt = np.asarray(src_lengths), np.asarray(tgt_lengths)
+        if src.ndim != 1 or tgt.ndim != 1 or len(src) != len(tgt) or len(src) == 0:
+            raise ValueError(
+                f"`src_lengths` and `tgt_lengths` must be two non-empty 1-D sequences of the same length, got shapes "
+                f"{src.shape} and {tgt.shape}: pass the `src_len` and `tgt_len` columns of one tokenized split."
+            )
+        if not (np.issubdtype(src.dtype, np.integer) and np.issubdtype(tgt.dtype, np.integer)):
+            raise ValueError(f"`src_lengths`/`tgt_lengths` must be integers (token counts), got dtypes {src.dtype} and {tgt.dtype}.")
+        src, tgt = src.astype(np.int64), tgt.astype(np.int64)
+        bad = np.flatnonzero((src < 1) | (tgt < 1))
+        if len(bad):
+            i = int(bad[0])
+            raise ValueError(f"Example {i} has lengths (source {src[i]}, target {tgt[i]}); every sequence has at least `</s>`, so lengths must be >= 1: pass token counts from `tokenize_corpus`.")
+        if not isinstance(max_tokens, (int, np.integer)) or max_tokens < 1:
+            raise ValueError(f"`max_tokens` must be a positive integer, got {max_tokens!r}: e.g. 25000 as in the paper (section 5.1), or what fits your memory.")
+        if not isinstance(num_replicas, int) or num_replicas < 1:
+            raise ValueError(f"`num_replicas` must be a positive integer (the data-parallel world size), got {num_replicas!r}.")
+        if not isinstance(rank, int) or not 0 <= rank < num_replicas:
+            raise ValueError(f"`rank` must be in [0, {num_replicas}) for num_replicas={num_replicas}, got {rank!r}.")
+        if max_sentences is not None and (not isinstance(max_sentences, int) or max_sentences < 1):
+            raise ValueError(f"`max_sentences` must be a positive integer or None, got {max_sentences!r}.")
+        sizes = np.maximum(src, tgt)
+        too_long = np.flatnonzero(sizes > max_tokens)
+        if len(too_long):
+            i = int(too_long[0])
+            raise ValueError(
+                f"Example {i} (source {src[i]} tokens, target {tgt[i]} tokens) alone exceeds `max_tokens`={max_tokens}"
+                f"{f', as do {len(too_long) - 1} more' if len(too_long) > 1 else ''}: raise `max_tokens` to at least "
+                f"{int(sizes.max())}, or drop long pairs with `tokenize_corpus(max_length=...)` <= max_tokens."
+            )
+
+        self.max_tokens = int(max_tokens)
+        self.max_sentences = max_sentences
+        self.shuffle = shuffle
+        self.seed = seed
+        self.num_replicas = num_replicas
+        self.rank = rank
+        self.epoch = 0
+        self.batches: list[np.ndarray] = self._compose(src, tgt, sizes)
+
+    @classmethod
+    def from_dataset(cls, dataset: datasets.Dataset, max_tokens: int, **kwargs: Any) -> TokenBatchSampler:
+        """Build from a tokenized split: its `src_len`/`tgt_len` columns, else the lengths of
+        `input_ids`/`labels`. Call it on the dataset *before* the Trainer removes unused columns."""
+        if {"src_len", "tgt_len"} <= set(dataset.column_names):
+            return cls(_column(dataset, "src_len"), _column(dataset, "tgt_len"), max_tokens, **kwargs)
+        if {"input_ids", "labels"} <= set(dataset.column_names):
+            lengths = dataset.with_format("arrow").select_columns(["input_ids", "labels"])[:]
+            src = lengths.column("input_ids").combine_chunks().value_lengths().to_numpy()
+            tgt = lengths.column("labels").combine_chunks().value_lengths().to_numpy()
+            return cls(src, tgt, max_tokens, **kwargs)
+        raise ValueError(f"`dataset` has neither src_len/tgt_len nor input_ids/labels columns (it has {dataset.column_names}): pass a split from `tokenize_corpus`.")
+
+    def _compose(self, src: np.ndarray, tgt: np.ndarray, sizes: np.ndarray) -> list[np.ndarray]:
+        # Random order first, then two stable sorts: by `sizes` = max(src, tgt), the quantity the budget
+        # is counted in, ties by source length. Pairs of equal lengths stay in random order, so which
+        # of them share a batch depends on the seed, not on their position in the corpus. (Sorting by
+        # source then target length, as fairseq does, leaves less source padding but fills the budget
+        # worse: on Multi30k at max_tokens=4000 it makes 129 batches of 3362 real tokens per side
+        # against 118 of 3676 here, with more padding in all: 6.8% against 5.0%.)
+        order = np.random.default_rng(self.seed).permutation(len(src))
+        order = order[np.argsort(src[order], kind="stable")]
+        order = order[np.argsort(sizes[order], kind="stable")]
+        cap = self.max_sentences or len(order)
+        bounds, start, longest = [0], 0, 0
+        for i, size in enumerate(sizes[order].tolist()):
+            longest_with_i = max(longest, size)
+            n = i - start + 1
+            if n * longest_with_i > self.max_tokens or n > cap:
+                bounds.append(i)
+                start, longest = i, size
+            else:
+                longest = longest_with_i
+        bounds.append(len(order))
+        return [order[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+
+    def set_epoch(self, epoch: int) -> None:
+        """Choose the epoch whose batch order `__iter__` yields (the composition does not change)."""
+        self.epoch = int(epoch)
+
+    @property
+    def num_batches(self) -> int:
+        """Batches this rank yields per epoch; the same on every rank and every epoch."""
+        return math.ceil(len(self.batches) / self.num_replicas)
+
+    def __len__(self) -> int:
+        return self.num_batches
+
+    def epoch_order(self) -> np.ndarray:
+        """Indices into `self.batches` that this rank takes this epoch, in order."""
+        total = len(self.batches)
+        order = np.random.default_rng([self.seed, self.epoch]).permutation(total) if self.shuffle else np.arange(total)
+        # Extend cyclically to a multiple of num_replicas (np.resize repeats from the start, also when
+        # there are fewer batches than replicas).
+        order = np.resize(order, self.num_batches * self.num_replicas)
+        return order[self.rank :: self.num_replicas]
+
+    def __iter__(self) -> Iterator[list[int]]:
+        for b in self.epoch_order():
+            yield self.batches[b].tolist()
+
+
+def padding_stats(batches: Iterable[Sequence[int]], src_lengths, tgt_lengths) -> dict[str, float]:
+    """Real and padded token counts of `batches` (lists of example indices), padding each side of a
+    batch to its longest sequence, as `DataCollatorForSeq2Seq` does.
+
+    Returns a dict with `batches`, `sentences`, `src_tokens`, `tgt_tokens` (real tokens),
+    `src_padded`, `tgt_padded` (tensor sizes), `src_pad_fraction`, `tgt_pad_fraction`,
+    `pad_fraction` (both sides), and `max_cost` (the largest `n * max(longest src, longest tgt)`).
+    """
+    src, tgt = np.asarray(src_lengths, dtype=np.int64), np.asarray(tgt_lengths, dtype=np.int64)
+    stats = dict.fromkeys(("batches", "sentences", "src_tokens", "tgt_tokens", "src_padded", "tgt_padded", "max_cost"), 0)
+    for batch in batches:
+        s, t = src[np.asarray(batch)], tgt[np.asarray(batch)]
+        stats["batches"] += 1
+        stats["sentences"] += len(batch)
+        stats["src_tokens"] += int(s.sum())
+        stats["tgt_tokens"] += int(t.sum())
+        stats["src_padded"] += len(batch) * int(s.max())
+        stats["tgt_padded"] += len(batch) * int(t.max())
+        stats["max_cost"] = max(stats["max_cost"], len(batch) * int(max(s.max(), t.max())))
+    for side in ("src", "tgt"):
+        stats[f"{side}_pad_fraction"] = 1 - stats[f"{side}_tokens"] / max(stats[f"{side}_padded"], 1)
+    stats["pad_fraction"] = 1 - (stats["src_tokens"] + stats["tgt_tokens"]) / max(stats["src_padded"] + stats["tgt_padded"], 1)
+    return stats
+
+
+__all__ = [
+    "DEFAULT_SPLITS",
+    "MODEL_INPUT_COLUMNS",
+    "TokenBatchSampler",
+    "drop_reasons",
+    "load_parallel_corpus",
+    "padding_stats",
+    "tokenize_corpus",
+]
