@@ -1,0 +1,129 @@
+"""BLEU through the bundled `evaluate` module equals sacreBLEU's own, offline."""
+
+import gzip
+import itertools
+import socket
+from pathlib import Path
+
+import numpy as np
+import pytest
+import sacrebleu
+from transformers import EvalPrediction
+
+from vanilla_transformer import metrics
+from vanilla_transformer.metrics import compute_bleu, make_compute_metrics
+from vanilla_transformer.tokenization import train_tokenizer
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
+
+
+def read(name, n):
+    with gzip.open(DATA / name, "rt", encoding="utf-8") as f:
+        return [line.rstrip("\n") for line in itertools.islice(f, n)]
+
+
+@pytest.fixture(scope="module")
+def references():
+    return read("val.de.gz", 60)
+
+
+@pytest.fixture(scope="module")
+def hypotheses(references):
+    # Imperfect "translations": some words dropped, some sentences swapped, one empty, one identical.
+    hyps = [" ".join(r.split()[: max(1, len(r.split()) - i % 4)]) for i, r in enumerate(references)]
+    hyps[3], hyps[4] = hyps[4], hyps[3]
+    hyps[7] = ""
+    return hyps
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return train_tokenizer(read("train.en.gz", 300) + read("train.de.gz", 300), vocab_size=500)
+
+
+@pytest.fixture
+def no_network(monkeypatch):
+    """Any attempt to open a connection fails, and the Hub is declared offline: what works here works offline."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_EVALUATE_OFFLINE", "1")
+
+    def refuse(*args, **kwargs):
+        raise OSError("network access attempted in an offline test")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
+    metrics.load_sacrebleu.cache_clear()  # load the module again, under these conditions
+    yield
+    metrics.load_sacrebleu.cache_clear()
+
+
+def test_equals_sacrebleu_directly_and_works_offline(no_network, hypotheses, references):
+    result = compute_bleu(hypotheses, references)
+    bleu = sacrebleu.BLEU()  # defaults: cased, 13a, exponential smoothing
+    direct = bleu.corpus_score(hypotheses, [references])
+    assert result["score"] == direct.score
+    assert 0 < result["score"] < 100
+    assert result["counts"] == direct.counts and result["totals"] == direct.totals
+    assert result["bp"] == direct.bp and result["sys_len"] == direct.sys_len and result["ref_len"] == direct.ref_len
+    signature = result["signature"]
+    assert signature == str(bleu.get_signature())
+    assert "case:mixed" in signature and "tok:13a" in signature and "nrefs:1" in signature
+
+
+def test_cased(hypotheses, references):
+    lowered = [h.lower() for h in hypotheses]
+    assert compute_bleu(lowered, references)["score"] < compute_bleu(hypotheses, references)["score"]
+    assert compute_bleu(lowered, references, lowercase=True)["score"] == pytest.approx(
+        sacrebleu.corpus_bleu(lowered, [references], lowercase=True).score
+    )
+
+
+def test_several_references_per_sentence(hypotheses, references):
+    second = read("val.en.gz", len(references))  # a poor second reference, but a different one
+    result = compute_bleu(hypotheses, [[a, b] for a, b in zip(references, second)])
+    assert result["score"] == sacrebleu.corpus_bleu(hypotheses, [references, second]).score
+    assert "nrefs:2" in result["signature"]
+
+
+@pytest.mark.parametrize(
+    "predictions, refs, name",
+    [
+        (["a b"], ["a b", "c d"], "predictions"),
+        ("a b", ["a b"], "predictions"),
+        (["a b"], "a b", "references"),
+        ([], [], "predictions"),
+    ],
+)
+def test_bad_input_names_the_argument(predictions, refs, name):
+    with pytest.raises(ValueError, match=name):
+        compute_bleu(predictions, refs)
+
+
+def pad_rows(rows, value, width=None):
+    width = width or max(map(len, rows))
+    return np.array([row + [value] * (width - len(row)) for row in rows])
+
+
+def test_compute_metrics_decodes_like_the_trainer_gathers(tokenizer, hypotheses, references):
+    # Generated ids start with the decoder start token <s>, end with </s>, are padded with <pad> within a batch and
+    # with -100 across batches; labels end with </s> and are padded with -100.
+    hyp_ids = [[tokenizer.bos_token_id] + tokenizer(h)["input_ids"] for h in hypotheses]
+    rows = [ids + [tokenizer.pad_token_id] * (i % 3) for i, ids in enumerate(hyp_ids)]
+    predictions = pad_rows(rows, -100)
+    labels = pad_rows([tokenizer(text_target=r)["input_ids"] for r in references], -100)
+
+    result = make_compute_metrics(tokenizer)(EvalPrediction(predictions=predictions, label_ids=labels))
+    # This tokenizer decodes exactly (no text is lost, only NFC applied), so the score is the one of the raw text.
+    assert result["bleu"] == pytest.approx(sacrebleu.corpus_bleu(hypotheses, [references]).score, abs=1e-9)
+    assert result["gen_len"] == pytest.approx(np.mean([len(ids) - 1 for ids in hyp_ids]))
+
+    # The raw references can be given instead of decoding the labels.
+    prediction = EvalPrediction(predictions=predictions, label_ids=labels)
+    assert make_compute_metrics(tokenizer, references=references)(prediction)["bleu"] == pytest.approx(result["bleu"])
+    with pytest.raises(ValueError, match="references"):
+        make_compute_metrics(tokenizer, references=references[:-1])(prediction)
+
+
+def test_compute_metrics_needs_a_tokenizer():
+    with pytest.raises(ValueError, match="tokenizer"):
+        make_compute_metrics(None)

@@ -1,0 +1,105 @@
+"""The learning-rate schedule of section 5.3 (eq. 3), as the Trainer drives it."""
+
+import io
+import math
+
+import pytest
+import torch
+from transformers import get_inverse_sqrt_schedule
+
+from vanilla_transformer.schedule import NoamLR, noam_learning_rate, peak_learning_rate
+
+
+def paper(step, d_model, warmup, factor=1.0):
+    # Eq. 3, written out independently of the module.
+    return factor * d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
+
+
+def lrs_of_updates(scheduler, n_updates):
+    """The learning rate each update 1..n runs with, stepping as the Trainer does (optimizer, then scheduler)."""
+    optimizer = scheduler.optimizer
+    used = []
+    for _ in range(n_updates):
+        used.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        scheduler.step()
+    return used
+
+
+def make_optimizer(lr=1.0):
+    return torch.optim.Adam([torch.nn.Parameter(torch.zeros(2))], lr=lr, betas=(0.9, 0.98), eps=1e-9)
+
+
+def test_formula_at_first_update_warmup_and_ten_times_warmup():
+    # The paper's base model: d_model 512, 4000 warm-up steps.
+    assert noam_learning_rate(1, 512, 4000) == pytest.approx(512**-0.5 * 4000**-1.5, rel=1e-12)
+    assert noam_learning_rate(4000, 512, 4000) == pytest.approx((512 * 4000) ** -0.5, rel=1e-12)
+    assert noam_learning_rate(40000, 512, 4000) == pytest.approx(512**-0.5 * 40000**-0.5, rel=1e-12)
+    assert peak_learning_rate(512, 4000) == pytest.approx(6.9877e-4, rel=1e-4)
+    assert peak_learning_rate(512, 4000, factor=2.0) == pytest.approx(2 * 6.9877e-4, rel=1e-4)
+
+
+def test_scheduler_gives_update_n_the_formula_at_step_n():
+    d_model, warmup, factor = 64, 40, 2.0
+    used = lrs_of_updates(NoamLR(make_optimizer(), d_model, warmup, factor), 10 * warmup)
+    for n in (1, 2, warmup - 1, warmup, warmup + 1, 10 * warmup):
+        assert used[n - 1] == pytest.approx(paper(n, d_model, warmup, factor), rel=1e-12), n
+    assert used[0] > 0  # the first update is not wasted at learning rate 0
+    assert max(used) == pytest.approx(peak_learning_rate(d_model, warmup, factor), rel=1e-12)
+    assert used.index(max(used)) == warmup - 1  # the peak is update number `warmup`
+
+
+def test_same_curve_as_transformers_inverse_sqrt_one_update_later():
+    """transformers' `inverse_sqrt` with lr = the peak is the same function of the step number (also during warm-up:
+    peak * t / warmup = d^-0.5 * t * warmup^-1.5), but the Trainer applies it at t = last_epoch = n - 1 to update n:
+    its first update has learning rate 0 and every later one lags this schedule by one update."""
+    d_model, warmup = 64, 40
+    peak = peak_learning_rate(d_model, warmup)
+    ours = lrs_of_updates(NoamLR(make_optimizer(), d_model, warmup), 10 * warmup + 1)
+    hf = lrs_of_updates(get_inverse_sqrt_schedule(make_optimizer(lr=peak), num_warmup_steps=warmup), 10 * warmup + 1)
+    assert hf[0] == 0.0
+    for n in range(1, 10 * warmup + 1):  # HF's update n + 1 runs with our update n's rate
+        assert hf[n] == pytest.approx(ours[n - 1], rel=1e-12), n
+    # After warm-up, `learning_rate * lambda(step)` of transformers is eq. 3 at the same step.
+    for step in (warmup, 2 * warmup, 10 * warmup):
+        assert hf[step] == pytest.approx(paper(step, d_model, warmup), rel=1e-12)
+
+
+def test_resume_from_state_dict_continues_exactly():
+    d_model, warmup = 32, 10
+    uninterrupted = lrs_of_updates(NoamLR(make_optimizer(), d_model, warmup), 30)
+
+    first = NoamLR(make_optimizer(), d_model, warmup)
+    assert lrs_of_updates(first, 12) == uninterrupted[:12]
+    # What the Trainer writes (optimizer.pt, scheduler.pt) and reads back with weights_only=True.
+    buffer = io.BytesIO()
+    torch.save({"optimizer": first.optimizer.state_dict(), "scheduler": first.state_dict()}, buffer)
+    buffer.seek(0)
+    saved = torch.load(buffer, weights_only=True)
+    # As in Trainer._load_optimizer_and_scheduler: a fresh optimizer and scheduler, then both states loaded.
+    optimizer = make_optimizer()
+    resumed = NoamLR(optimizer, d_model, warmup)
+    optimizer.load_state_dict(saved["optimizer"])
+    resumed.load_state_dict(saved["scheduler"])
+    assert lrs_of_updates(resumed, 18) == uninterrupted[12:]
+    assert resumed.last_epoch == 30
+
+
+@pytest.mark.parametrize(
+    "kwargs, name",
+    [
+        (dict(d_model=512, warmup_steps=0), "warmup_steps"),
+        (dict(d_model=512, warmup_steps=0.5), "warmup_steps"),
+        (dict(d_model=0, warmup_steps=4000), "d_model"),
+        (dict(d_model=512, warmup_steps=4000, factor=0.0), "factor"),
+    ],
+)
+def test_bad_arguments_name_the_argument(kwargs, name):
+    with pytest.raises(ValueError, match=name):
+        NoamLR(make_optimizer(), **kwargs)
+
+
+def test_step_zero_is_rejected_by_the_formula():
+    with pytest.raises(ValueError, match="step"):
+        noam_learning_rate(0, 512, 4000)
+    assert math.isfinite(noam_learning_rate(1, 512, 4000))

@@ -1,0 +1,393 @@
+"""The paper's training recipe on the Trainer: optimizer, schedule, label-smoothed loss, token batches, BLEU
+evaluation, crash-safe checkpoints and exact resumption. Tiny models and 200 Multi30k pairs keep it fast."""
+
+import gzip
+import itertools
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import datasets
+import pytest
+import torch
+import torch.nn.functional as F
+from accelerate.data_loader import prepare_data_loader, skip_first_batches
+from transformers import DataCollatorForSeq2Seq, TrainerCallback
+from transformers.trainer_utils import get_last_checkpoint
+
+from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
+from vanilla_transformer.data import TokenBatchSampler, tokenize_corpus
+from vanilla_transformer.metrics import compute_bleu
+from vanilla_transformer.schedule import noam_learning_rate
+from vanilla_transformer.tokenization import train_tokenizer
+from vanilla_transformer.trainer import (
+    VanillaTrainingArguments,
+    VanillaTransformerTrainer,
+    keep_sampler_sharding,
+    label_smoothed_nll_loss,
+)
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
+
+
+def read(name, n):
+    with gzip.open(DATA / name, "rt", encoding="utf-8") as f:
+        return [line.rstrip("\n") for line in itertools.islice(f, n)]
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return train_tokenizer(read("train.en.gz", 200) + read("train.de.gz", 200), vocab_size=400)
+
+
+@pytest.fixture(scope="module")
+def corpus(tokenizer):
+    pairs = datasets.DatasetDict(
+        train=datasets.Dataset.from_dict({"source": read("train.en.gz", 200), "target": read("train.de.gz", 200)}),
+        validation=datasets.Dataset.from_dict({"source": read("val.en.gz", 12), "target": read("val.de.gz", 12)}),
+    )
+    return tokenize_corpus(pairs, tokenizer, max_length=64)
+
+
+def tiny_model(tokenizer, seed=0, dropout=0.0):
+    config = VanillaTransformerConfig(
+        vocab_size=len(tokenizer), d_model=32, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
+        decoder_attention_heads=2, encoder_ffn_dim=64, decoder_ffn_dim=64, dropout=dropout,
+    )
+    torch.manual_seed(seed)
+    return VanillaTransformerForConditionalGeneration(config)
+
+
+def make_trainer(path, model, tokenizer, corpus, callbacks=(), **overrides):
+    settings = dict(
+        output_dir=str(path), max_steps=4, max_tokens=400, warmup_steps=4, logging_steps=1, save_strategy="no",
+        eval_strategy="no", report_to=[], use_cpu=True, disable_tqdm=True, per_device_eval_batch_size=16,
+        generation_max_length=8, seed=0,
+    )
+    settings.update(overrides)
+    return VanillaTransformerTrainer(
+        model=model,
+        args=VanillaTrainingArguments(**settings),
+        train_dataset=corpus["train"],
+        eval_dataset=corpus.get("validation"),
+        data_collator=DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=-100),
+        processing_class=tokenizer,
+        callbacks=list(callbacks),
+    )
+
+
+def train_logs(trainer):
+    return {h["step"]: h for h in trainer.state.log_history if "loss" in h}
+
+
+class GradientRecorder(TrainerCallback):
+    """The accumulated gradients just before each optimizer update."""
+
+    def __init__(self):
+        self.grads = []
+
+    def on_pre_optimizer_step(self, args, state, control, model=None, **kwargs):
+        self.grads.append({n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None})
+
+
+# ---- Arguments ----
+
+
+def test_arguments_default_to_the_paper_and_can_be_overridden(tmp_path):
+    args = VanillaTrainingArguments(output_dir=str(tmp_path), report_to=[])
+    assert (args.adam_beta1, args.adam_beta2, args.adam_epsilon) == (0.9, 0.98, 1e-9)
+    assert (args.weight_decay, args.max_grad_norm, args.warmup_steps) == (0.0, 0.0, 4000)
+    assert (args.label_smoothing, args.lr_factor, args.max_tokens, args.max_sentences) == (0.1, 1.0, 4096, None)
+    assert args.lr_scheduler_type == "inverse_sqrt" and args.predict_with_generate
+    assert args.metric_for_best_model == "bleu" and args.greater_is_better is True
+    other = VanillaTrainingArguments(output_dir=str(tmp_path), report_to=[], adam_beta2=0.997, warmup_steps=8000)
+    assert (other.adam_beta2, other.warmup_steps) == (0.997, 8000)
+
+
+@pytest.mark.parametrize(
+    "overrides, name",
+    [
+        (dict(label_smoothing=1.0), "label_smoothing"),
+        (dict(label_smoothing_factor=0.1), "label_smoothing_factor"),
+        (dict(lr_factor=0.0), "lr_factor"),
+        (dict(max_tokens=0), "max_tokens"),
+        (dict(max_sentences=-1), "max_sentences"),
+    ],
+)
+def test_bad_arguments_name_the_argument(tmp_path, overrides, name):
+    with pytest.raises(ValueError, match=f"`{name}`"):
+        VanillaTrainingArguments(output_dir=str(tmp_path), report_to=[], **overrides)
+
+
+# ---- Loss ----
+
+
+def test_label_smoothed_loss_equals_a_hand_computation():
+    torch.manual_seed(0)
+    V, eps = 7, 0.1
+    logits = torch.randn(2, 4, V, dtype=torch.float64)
+    labels = torch.tensor([[3, 1, 2, -100], [6, 2, -100, -100]])
+    smoothed, nll, n_tokens = label_smoothed_nll_loss(logits, labels, eps)
+
+    # Explicit target distribution: eps / V on every token, plus 1 - eps on the gold one (Szegedy et al.).
+    hand_smoothed = hand_nll = 0.0
+    for b, t in itertools.product(range(2), range(4)):
+        gold = labels[b, t].item()
+        if gold == -100:
+            continue
+        p = torch.softmax(logits[b, t], dim=-1)
+        q = torch.full((V,), eps / V, dtype=torch.float64)
+        q[gold] += 1 - eps
+        hand_smoothed += -(q * p.log()).sum().item()
+        hand_nll += -p[gold].log().item()
+    assert n_tokens.item() == 5
+    assert smoothed.item() == pytest.approx(hand_smoothed, rel=1e-12)
+    assert nll.item() == pytest.approx(hand_nll, rel=1e-12)
+    # The same convention as torch's; fairseq's eps / (V - 1) on the non-gold tokens is a different loss.
+    torch_loss = F.cross_entropy(logits.view(-1, V), labels.view(-1), label_smoothing=eps, reduction="sum")
+    assert smoothed.item() == pytest.approx(torch_loss.item(), rel=1e-12)
+    lprobs = F.log_softmax(logits, -1)[labels != -100]
+    gold_lp = lprobs.gather(-1, labels[labels != -100].unsqueeze(-1)).squeeze(-1)
+    fairseq = (-(1 - eps) * gold_lp - eps / (V - 1) * (lprobs.sum(-1) - gold_lp)).sum()
+    assert abs(smoothed.item() - fairseq.item()) > 1e-3
+    # Without smoothing it is the plain cross-entropy.
+    assert label_smoothed_nll_loss(logits, labels, 0.0)[0].item() == pytest.approx(hand_nll, rel=1e-12)
+
+
+def test_gradient_accumulation_does_not_change_loss_or_gradients(tmp_path, tokenizer, corpus):
+    """One update on 8 sentences, as 1 batch of 8 or 4 micro-batches of 2 (of different lengths: a per-micro-batch
+    mean would weight their tokens differently)."""
+    runs = {}
+    for batch, accumulation in ((8, 1), (2, 4)):
+        recorder = GradientRecorder()
+        trainer = make_trainer(
+            tmp_path / f"ga{accumulation}", tiny_model(tokenizer), tokenizer, corpus, [recorder], max_tokens=None,
+            train_sampling_strategy="sequential", per_device_train_batch_size=batch,
+            gradient_accumulation_steps=accumulation, max_steps=2,
+        )
+        trainer.train()
+        runs[accumulation] = (train_logs(trainer), recorder.grads)
+    (logs1, grads1), (logs4, grads4) = runs[1], runs[4]
+    for step in (1, 2):
+        assert logs4[step]["loss"] == pytest.approx(logs1[step]["loss"], rel=1e-5)
+        assert logs4[step]["nll_loss"] == pytest.approx(logs1[step]["nll_loss"], rel=1e-5)
+        for name, grad in grads1[step - 1].items():
+            torch.testing.assert_close(grads4[step - 1][name], grad, rtol=1e-4, atol=1e-7)
+
+    # And the loss is the token mean over the 8 sentences, computed here independently.
+    model = tiny_model(tokenizer)
+    batch = DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=-100)(
+        [{k: corpus["train"][i][k] for k in ("input_ids", "labels")} for i in range(8)]
+    )
+    with torch.no_grad():
+        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                       decoder_input_ids=batch["decoder_input_ids"]).logits
+    expected = F.cross_entropy(logits.flatten(0, 1), batch["labels"].flatten(), label_smoothing=0.1)
+    assert logs4[1]["loss"] == pytest.approx(expected.item(), rel=1e-5)
+
+
+# ---- Optimizer and schedule ----
+
+
+def test_adam_and_the_paper_schedule(tmp_path, tokenizer, corpus):
+    model = tiny_model(tokenizer)
+    trainer = make_trainer(tmp_path, model, tokenizer, corpus, max_steps=6, warmup_steps=3, lr_factor=2.0)
+    trainer.train()
+    optimizer = getattr(trainer.optimizer, "optimizer", trainer.optimizer)  # accelerate wraps it
+    assert type(optimizer) is torch.optim.Adam
+    group = optimizer.param_groups[0]
+    assert (group["betas"], group["eps"], group["weight_decay"]) == ((0.9, 0.98), 1e-9, 0.0)
+    # Each parameter once: the tied embedding / output projection is a single tensor.
+    n_params = len({p.data_ptr() for p in trainer.model.parameters()})
+    assert sum(len(g["params"]) for g in optimizer.param_groups) == n_params
+    logs = train_logs(trainer)
+    for step in range(1, 7):  # the rate each update ran with, eq. 3 at the update's number
+        assert logs[step]["learning_rate"] == pytest.approx(noam_learning_rate(step, 32, 3, 2.0), rel=1e-12)
+        assert logs[step]["ppl"] == pytest.approx(math.exp(logs[step]["nll_loss"]))
+        assert logs[step]["nll_loss"] < logs[step]["loss"]  # smoothing adds the cross-entropy to the uniform
+
+
+# ---- Token batches and data parallelism ----
+
+
+def test_token_batches_cover_the_epoch_within_the_budget(tmp_path, tokenizer, corpus):
+    trainer = make_trainer(tmp_path, tiny_model(tokenizer), tokenizer, corpus, max_tokens=300)
+    loader = trainer.get_train_dataloader()
+    sampler = loader.batch_sampler
+    assert isinstance(sampler, TokenBatchSampler) and sampler.max_tokens == 300
+    batches = list(loader)
+    assert len(batches) == len(loader) > 1
+    assert sum(b["input_ids"].shape[0] for b in batches) == len(corpus["train"])
+    for b in batches:
+        rows, longest = b["input_ids"].shape[0], max(b["input_ids"].shape[1], b["labels"].shape[1])
+        assert rows * longest <= 300
+    first_epoch = list(sampler)
+    loader.set_epoch(1)  # what the Trainer calls at each epoch: same batches, another order
+    assert list(sampler) != first_epoch
+    assert sorted(map(tuple, sampler)) == sorted(map(tuple, first_epoch))
+
+
+def test_self_sharding_sampler_is_not_sharded_again():
+    src = tgt = [3, 5, 4, 6, 2, 7, 3, 5, 8, 4, 6, 3]
+    dataset = list(range(len(src)))
+    collate = lambda rows: rows  # noqa: E731
+    for rank in (0, 1):
+        sampler = TokenBatchSampler(src, tgt, 12, seed=1, num_replicas=2, rank=rank)
+        own = list(sampler)  # epoch 0
+        # What accelerator.prepare does on 2 processes: a BatchSamplerShard around the batch sampler.
+        sharded = prepare_data_loader(
+            torch.utils.data.DataLoader(dataset, batch_sampler=sampler, collate_fn=collate),
+            num_processes=2, process_index=rank, put_on_device=False,
+        )
+        assert len(list(sharded)) < len(own)  # without the fix, half the batches are lost
+        loader = keep_sampler_sharding(sharded, sampler)
+        loader.set_epoch(0)  # as the Trainer does before each epoch (accelerate counts iterations as epochs)
+        assert list(loader) == own and len(loader) == len(own)
+        # Resuming mid-epoch: the Trainer sets the epoch through accelerate's SkipBatchSampler wrapper.
+        skipped = skip_first_batches(loader, 1)
+        skipped.batch_sampler.batch_sampler.set_epoch(3)
+        assert sampler.epoch == 3
+        assert list(skipped) == list(sampler)[1:]
+
+
+# ---- Evaluation ----
+
+
+def test_evaluation_reports_loss_nll_perplexity_and_bleu(tmp_path, tokenizer, corpus):
+    model = tiny_model(tokenizer, seed=3)
+    trainer = make_trainer(tmp_path, model, tokenizer, corpus, per_device_eval_batch_size=5)
+    generation_config = model.generation_config.to_dict()
+    metrics = trainer.evaluate()
+
+    # Independently: token-weighted losses over the split, and BLEU of the same beam search.
+    model.eval()
+    collate = DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=-100)
+    batch = collate([{k: row[k] for k in ("input_ids", "labels")} for row in corpus["validation"]])
+    with torch.no_grad():
+        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                       decoder_input_ids=batch["decoder_input_ids"]).logits
+        generated = model.generate(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], max_length=8)
+    flat_logits, flat_labels = logits.flatten(0, 1), batch["labels"].flatten()
+    tokens = (flat_labels != -100).sum().item()
+    nll = F.cross_entropy(flat_logits, flat_labels, reduction="sum").item() / tokens
+    smoothed = F.cross_entropy(flat_logits, flat_labels, label_smoothing=0.1, reduction="sum").item() / tokens
+    assert metrics["eval_nll_loss"] == pytest.approx(nll, rel=1e-5)
+    assert metrics["eval_loss"] == pytest.approx(smoothed, rel=1e-5)
+    assert metrics["eval_ppl"] == pytest.approx(math.exp(nll), rel=1e-5)
+    hyps = tokenizer.batch_decode(generated, skip_special_tokens=True)
+    refs = tokenizer.batch_decode(batch["labels"].masked_fill(batch["labels"] == -100, 0), skip_special_tokens=True)
+    assert metrics["eval_bleu"] == pytest.approx(compute_bleu(hyps, refs)["score"], abs=1e-9)
+    # Evaluating leaves the model's generation config (saved with every checkpoint) as it was.
+    assert model.generation_config.to_dict() == generation_config
+
+
+def test_best_checkpoint_by_bleu_is_kept(tmp_path, tokenizer, corpus):
+    scores = iter([10.0, 30.0, 20.0])
+    trainer = make_trainer(
+        tmp_path, tiny_model(tokenizer), tokenizer, corpus, max_steps=6, eval_strategy="steps", eval_steps=2,
+        save_strategy="steps", save_steps=2, save_total_limit=1, generation_max_length=3,
+    )
+    trainer.compute_metrics = lambda prediction: {"bleu": next(scores)}
+    trainer.train()
+    assert trainer.state.best_metric == 30.0
+    assert trainer.state.best_model_checkpoint == str(tmp_path / "checkpoint-4")
+    # save_total_limit=1 keeps the best and the last checkpoints during training and only the best at the end.
+    assert sorted(os.listdir(tmp_path)) == ["checkpoint-4"]
+
+
+# ---- Checkpoints and resumption ----
+
+
+def test_resume_reproduces_the_uninterrupted_run(tmp_path, tokenizer, corpus):
+    """With dropout on (RNG state matters) and across an epoch boundary (the next epoch's order matters)."""
+    common = dict(max_steps=9, max_tokens=1400, save_strategy="steps", save_steps=3)
+    full = make_trainer(tmp_path / "full", tiny_model(tokenizer, dropout=0.1), tokenizer, corpus, **common)
+    assert 3 < len(full.get_train_dataloader()) < 9  # the run crosses an epoch boundary after the checkpoint
+    full.train()
+    checkpoint = tmp_path / "full" / "checkpoint-3"
+    names = set(os.listdir(checkpoint))
+    assert {"model.safetensors", "optimizer.pt", "scheduler.pt", "rng_state.pth", "trainer_state.json"} <= names
+    assert not any(name.endswith(".bin") and name.startswith("pytorch_model") for name in names)
+
+    shutil.copytree(checkpoint, tmp_path / "resumed" / "checkpoint-3")
+    other_init = tiny_model(tokenizer, seed=99, dropout=0.1)  # the checkpoint must replace it
+    resumed = make_trainer(tmp_path / "resumed", other_init, tokenizer, corpus, **common)
+    resumed.train(resume_from_checkpoint=True)
+
+    expected, got = train_logs(full), train_logs(resumed)
+    for step in range(4, 10):
+        for key in ("loss", "nll_loss", "learning_rate", "grad_norm"):
+            assert got[step][key] == expected[step][key], (step, key)
+    for (name, p), q in zip(full.model.named_parameters(), resumed.model.parameters()):
+        assert torch.equal(p, q), name
+
+
+def test_a_crash_during_save_leaves_the_last_good_checkpoint(tmp_path, tokenizer, corpus, monkeypatch):
+    common = dict(max_steps=6, save_strategy="steps", save_steps=2)
+    trainer = make_trainer(tmp_path, tiny_model(tokenizer), tokenizer, corpus, **common)
+    save_rng_state = trainer._save_rng_state
+
+    def crash_at_step_4(output_dir):
+        if trainer.state.global_step == 4:
+            raise KeyboardInterrupt("killed while saving")
+        save_rng_state(output_dir)
+
+    monkeypatch.setattr(trainer, "_save_rng_state", crash_at_step_4)
+    with pytest.raises(KeyboardInterrupt):
+        trainer.train()
+    assert sorted(os.listdir(tmp_path)) == ["checkpoint-2", "tmp-checkpoint-4"]
+    assert "model.safetensors" in os.listdir(tmp_path / "tmp-checkpoint-4")  # written, but never published
+    assert get_last_checkpoint(str(tmp_path)) == str(tmp_path / "checkpoint-2")
+
+    again = make_trainer(tmp_path, tiny_model(tokenizer), tokenizer, corpus, **common)
+    again.train(resume_from_checkpoint=True)
+    assert again.state.global_step == 6
+    assert sorted(os.listdir(tmp_path)) == ["checkpoint-2", "checkpoint-4", "checkpoint-6"]
+    state = json.loads((tmp_path / "checkpoint-6" / "trainer_state.json").read_text())
+    assert state["global_step"] == 6
+
+
+# ---- Data parallelism, for real (opt-in: ~1 minute on 2 CPU cores) ----
+
+DDP_SCRIPT = r"""
+import json, sys, torch
+sys.path.insert(0, {tests!r})
+import test_trainer as t
+from transformers import TrainerCallback
+accumulation, out = int(sys.argv[1]), sys.argv[2]
+tok = t.train_tokenizer(t.read("train.en.gz", 200) + t.read("train.de.gz", 200), vocab_size=400)
+corpus = t.tokenize_corpus(t.datasets.DatasetDict(train=t.datasets.Dataset.from_dict(
+    {{"source": t.read("train.en.gz", 200), "target": t.read("train.de.gz", 200)}})), tok, max_length=64)
+norms = []
+class Norm(TrainerCallback):
+    def on_pre_optimizer_step(self, args, state, control, model=None, **kw):
+        norms.append(torch.cat([p.grad.flatten() for p in model.parameters()]).norm().item())
+trainer = t.make_trainer(out, t.tiny_model(tok), tok, corpus, [Norm()], max_steps=5,
+                         gradient_accumulation_steps=accumulation)
+trainer.train()
+if trainer.args.process_index == 0:
+    logs = t.train_logs(trainer)
+    json.dump({{"loss": [logs[s]["loss"] for s in sorted(logs)], "norms": norms}}, open(out + ".json", "w"))
+"""
+
+
+@pytest.mark.slow
+def test_two_processes_equal_one_process_accumulating_two_batches(tmp_path):
+    """Each process takes every other token batch, so 2 processes x 1 batch per update see the same batches as
+    1 process x 2 accumulated batches: the losses and gradients must agree."""
+    script = tmp_path / "run.py"
+    script.write_text(DDP_SCRIPT.format(tests=str(Path(__file__).resolve().parent)))
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    subprocess.run([sys.executable, str(script), "2", str(tmp_path / "one")], check=True, env=env)
+    subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29571",
+         str(script), "1", str(tmp_path / "two")],
+        check=True, env=env,
+    )
+    one, two = (json.loads((tmp_path / f"{name}.json").read_text()) for name in ("one", "two"))
+    assert two["loss"] == pytest.approx(one["loss"], rel=1e-5)
+    assert two["norms"] == pytest.approx(one["norms"], rel=1e-5)

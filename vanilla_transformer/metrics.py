@@ -1,0 +1,127 @@
+"""BLEU for evaluation: sacreBLEU through `evaluate`, offline.
+
+The paper reports BLEU on detokenized, cased output (section 6.1). sacreBLEU with its default `13a`
+tokenizer is the standard way to compute it reproducibly, and its *signature* string records the settings
+(`nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0`). `evaluate.load("sacrebleu")` would fetch its
+script from the Hub, so the package ships the metric module (`metrics_sacrebleu/metrics_sacrebleu.py`) and
+loads it by path (HF_V5_NOTES section 5).
+
+- `compute_bleu(predictions, references)` scores detokenized strings.
+- `make_compute_metrics(tokenizer)` gives the `compute_metrics` of a `Seq2SeqTrainer` run with
+  `predict_with_generate=True`: it decodes the generated ids and the labels and returns `{"bleu": ...}`
+  (the key `metric_for_best_model="bleu"` refers to), logging the signature.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+logger = logging.getLogger(__name__)
+
+METRIC_SCRIPT = Path(__file__).resolve().parent / "metrics_sacrebleu" / "metrics_sacrebleu.py"
+
+
+@lru_cache(maxsize=1)
+def load_sacrebleu():
+    """The bundled sacreBLEU `evaluate` module, loaded by path (no Hub access). Kept in memory rather than
+    in an Arrow cache file, so that several processes (data-parallel ranks) can compute it at once."""
+    import evaluate
+
+    return evaluate.load(str(METRIC_SCRIPT), keep_in_memory=True)
+
+
+def _check_texts(name: str, texts) -> None:
+    if isinstance(texts, (str, bytes)) or not isinstance(texts, Sequence):
+        raise ValueError(
+            f"`{name}` must be a list of detokenized sentences, got {type(texts).__name__}: pass e.g. "
+            f"`[sentence]` rather than `sentence`."
+        )
+
+
+def compute_bleu(predictions: Sequence[str], references: Sequence[str] | Sequence[Sequence[str]], **kwargs) -> dict:
+    """Corpus BLEU of detokenized `predictions` against `references` (one string per prediction, or one
+    list of strings per prediction for several references), cased, tokenized by sacreBLEU's `13a`.
+
+    Returns a dict with `score` (0-100), `signature` (sacreBLEU's settings string) and the statistics
+    `counts`, `totals`, `precisions`, `bp`, `sys_len`, `ref_len`. `kwargs` go to the metric (`tokenize`,
+    `lowercase`, `smooth_method`, ...), e.g. `tokenize="intl"`.
+    """
+    _check_texts("predictions", predictions)
+    _check_texts("references", references)
+    if len(predictions) != len(references):
+        raise ValueError(
+            f"`predictions` has {len(predictions)} sentences but `references` has {len(references)}: "
+            f"give one reference (or one list of references) per prediction, in the same order."
+        )
+    if len(predictions) == 0:
+        raise ValueError("`predictions` is empty: BLEU needs at least one sentence.")
+    return load_sacrebleu().compute(predictions=list(predictions), references=list(references), **kwargs)
+
+
+def _token_array(ids) -> np.ndarray:
+    """The ids the Trainer gathered, as an array with `-100` (the padding of labels, and of predictions
+    gathered across batches of different widths) still in it."""
+    if isinstance(ids, tuple):  # outputs given as (sequences, ...)
+        ids = ids[0]
+    return np.asarray(ids)
+
+
+def decode_ids(ids, tokenizer) -> list[str]:
+    """Detokenized text of a batch of token ids as the Trainer gathers them: `-100` becomes `<pad>`, and
+    special tokens (`<pad>`, `<s>`, `</s>`) are dropped."""
+    ids = _token_array(ids)
+    ids = np.where(ids == -100, tokenizer.pad_token_id, ids)
+    return [text.strip() for text in tokenizer.batch_decode(ids, skip_special_tokens=True)]
+
+
+def make_compute_metrics(
+    tokenizer, references: Sequence[str] | None = None, **bleu_kwargs
+) -> Callable[[object], dict[str, float]]:
+    """`compute_metrics` for `Seq2SeqTrainer(..., compute_metrics=...)` with `predict_with_generate=True`.
+
+    Args:
+        tokenizer: the shared tokenizer, used to decode predictions and labels.
+        references: the raw reference sentences of the evaluation set, in its order. By default the
+            references are the decoded labels; with a lossless tokenizer (this package's) that is the same
+            text up to Unicode NFC. Pass the raw text to score against the untouched references.
+        bleu_kwargs: passed to `compute_bleu` (e.g. `tokenize="intl"`).
+
+    Returns:
+        A function of an `EvalPrediction` returning `{"bleu": score, "gen_len": mean generated tokens}`;
+        it logs the BLEU signature (metrics must be numbers for the Trainer's loggers, so the signature
+        string is logged rather than returned).
+    """
+    if tokenizer is None or getattr(tokenizer, "pad_token_id", None) is None:
+        raise ValueError(
+            f"`tokenizer` must be a tokenizer with a pad token to decode predictions, got {tokenizer!r}: pass "
+            f"the tokenizer the model was trained with."
+        )
+    refs = None if references is None else list(references)
+
+    def compute_metrics(eval_prediction) -> dict[str, float]:
+        predictions = decode_ids(eval_prediction.predictions, tokenizer)
+        if refs is not None:
+            if len(refs) != len(predictions):
+                raise ValueError(
+                    f"`references` has {len(refs)} sentences but the evaluation produced {len(predictions)} "
+                    f"predictions: pass the references of the evaluation dataset as it is after filtering."
+                )
+            targets = refs
+        else:
+            targets = decode_ids(eval_prediction.label_ids, tokenizer)
+        result = compute_bleu(predictions, targets, **bleu_kwargs)
+        logger.info("BLEU = %.2f (%s, %d sentences)", result["score"], result["signature"], len(predictions))
+        # Generated length in tokens, `</s>` included; not counting padding and the decoder start token.
+        not_counted = [t for t in (-100, tokenizer.pad_token_id, tokenizer.bos_token_id) if t is not None]
+        gen_len = np.isin(_token_array(eval_prediction.predictions), not_counted, invert=True).sum(-1).mean()
+        return {"bleu": float(result["score"]), "gen_len": float(gen_len)}
+
+    return compute_metrics
+
+
+__all__ = ["METRIC_SCRIPT", "compute_bleu", "decode_ids", "load_sacrebleu", "make_compute_metrics"]

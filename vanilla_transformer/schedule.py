@@ -1,0 +1,89 @@
+"""The learning-rate schedule of "Attention Is All You Need", section 5.3 (eq. 3):
+
+    lrate = factor * d_model^-0.5 * min(step^-0.5, step * warmup_steps^-1.5)
+
+a linear warm-up over the first `warmup_steps` updates to the peak `factor * (d_model * warmup_steps)^-0.5`,
+then a decay proportional to the inverse square root of the step number. The paper uses warmup_steps = 4000
+and no factor (factor = 1); the Annotated Transformer and fairseq runs sometimes scale it (`factor`).
+
+Step numbering. The formula's `step` is the number of the optimizer update, starting at 1 (step 0 would
+divide by zero). A torch scheduler sets the learning rate of the *next* update: it is built before the first
+update (which happens with the learning rate it set at construction, when `last_epoch` = 0) and the Trainer
+calls `scheduler.step()` after every optimizer update. So the update number `n` (1-based) runs with
+`last_epoch = n - 1`, and `NoamLR` uses `step = last_epoch + 1`: the first update uses lrate(1), the
+`warmup_steps`-th update uses the peak.
+
+transformers' `get_inverse_sqrt_schedule` (`lr_scheduler_type="inverse_sqrt"`) has the same shape,
+`lr * min(t / warmup, sqrt(warmup / t))`, which equals this formula with `lr` = the peak, but it is
+evaluated at `t = last_epoch`: its first update runs with learning rate 0 and every later update `n` with
+lrate(n - 1), one update behind this schedule. (tests/test_schedule.py checks both statements.)
+
+The scheduler keeps no state beyond the step counter, so `state_dict` / `load_state_dict` (the Trainer's
+`scheduler.pt`) restore it exactly.
+"""
+
+from __future__ import annotations
+
+from torch.optim import Optimizer
+from torch.optim.lr_scheduler import LRScheduler
+
+
+def _check_positive(name: str, value, integer: bool) -> None:
+    kind = (int,) if integer else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kind) or value <= 0:
+        what = "a positive integer" if integer else "a positive number"
+        raise ValueError(f"`{name}` must be {what}, got {value!r}.")
+
+
+def noam_learning_rate(step: int, d_model: int, warmup_steps: int, factor: float = 1.0) -> float:
+    """Eq. 3 of the paper at update `step` (1-based): `factor * d_model^-0.5 * min(step^-0.5, step *
+    warmup_steps^-1.5)`."""
+    _check_positive("step", step, integer=True)
+    _check_positive("d_model", d_model, integer=True)
+    _check_positive("warmup_steps", warmup_steps, integer=True)
+    _check_positive("factor", factor, integer=False)
+    return factor * d_model**-0.5 * min(step**-0.5, step * warmup_steps**-1.5)
+
+
+def peak_learning_rate(d_model: int, warmup_steps: int, factor: float = 1.0) -> float:
+    """The largest learning rate of the schedule, reached at update `warmup_steps`: `factor * (d_model *
+    warmup_steps)^-0.5` (7.0e-4 for the base model, d_model = 512 and 4000 warm-up steps)."""
+    return noam_learning_rate(warmup_steps, d_model, warmup_steps, factor)
+
+
+class NoamLR(LRScheduler):
+    """Sets every parameter group's learning rate to eq. 3 of the paper (see the module docstring for the
+    step numbering). The optimizer's own `lr` is ignored: the schedule gives absolute values.
+
+    Args:
+        optimizer: the optimizer whose learning rate is scheduled (the paper's Adam(0.9, 0.98, 1e-9)).
+        d_model: the model width (512 base, 1024 big).
+        warmup_steps: the number of warm-up updates (4000 in the paper).
+        factor: a constant multiplier (1.0 in the paper).
+        last_epoch: the number of updates already done, as in every torch scheduler (-1 = fresh start).
+    """
+
+    def __init__(
+        self, optimizer: Optimizer, d_model: int, warmup_steps: int = 4000, factor: float = 1.0, last_epoch: int = -1
+    ):
+        _check_positive("d_model", d_model, integer=True)
+        if not isinstance(warmup_steps, bool) and isinstance(warmup_steps, float) and warmup_steps.is_integer():
+            warmup_steps = int(warmup_steps)
+        if isinstance(warmup_steps, bool) or not isinstance(warmup_steps, int) or warmup_steps < 1:
+            raise ValueError(
+                f"`warmup_steps` must be an integer >= 1, got {warmup_steps!r}: the schedule's warm-up term "
+                f"divides by it (the paper uses 4000)."
+            )
+        _check_positive("factor", factor, integer=False)
+        self.d_model = d_model
+        self.warmup_steps = warmup_steps
+        self.factor = float(factor)
+        super().__init__(optimizer, last_epoch)
+
+    def get_lr(self) -> list[float]:
+        # `last_epoch` counts the updates already done, so the update about to run is number last_epoch + 1.
+        lr = noam_learning_rate(self.last_epoch + 1, self.d_model, self.warmup_steps, self.factor)
+        return [lr for _ in self.optimizer.param_groups]
+
+
+__all__ = ["NoamLR", "noam_learning_rate", "peak_learning_rate"]

@@ -1,0 +1,480 @@
+"""The paper's training recipe (section 5) on the Hugging Face `Seq2SeqTrainer`.
+
+`VanillaTrainingArguments` re-defaults `Seq2SeqTrainingArguments` to the paper and adds the few knobs the
+Trainer lacks; `VanillaTransformerTrainer` changes only what the recipe needs:
+
+- optimizer (section 5.3): torch `Adam(beta1=0.9, beta2=0.98, eps=1e-9)`, no weight decay, no gradient
+  clipping (`max_grad_norm=0`, as in the paper and fairseq's `--clip-norm 0`);
+- learning rate (section 5.3, eq. 3): `schedule.NoamLR`, warm-up 4000 updates, peak
+  `lr_factor * (d_model * warmup_steps)^-0.5` with `d_model` read from the model config. It is used when
+  `lr_scheduler_type="inverse_sqrt"` (the default here; `learning_rate` is then ignored); any other
+  `lr_scheduler_type` gets the stock Trainer scheduler driven by `learning_rate`;
+- loss (section 5.4): label-smoothed cross-entropy, epsilon 0.1, computed here rather than in the model,
+  pad positions (label -100) excluded, normalized by the number of target tokens of the whole optimizer
+  step. The Trainer counts them across gradient-accumulation micro-batches (and, with
+  `average_tokens_across_devices`, across processes) and passes the count as `num_items_in_batch`, so the
+  loss and its gradients do not depend on how a batch is split. The logs show the smoothed `loss` and,
+  beside it, the plain `nll_loss` and `ppl` = exp(nll_loss) (natural log, per target token);
+- batches (section 5.1): about `max_tokens` source and target tokens per batch and process, built by
+  `data.TokenBatchSampler`, which shards itself across data-parallel processes;
+- evaluation: the loss, NLL and perplexity on the validation set, and cased detokenized sacreBLEU of
+  beam-search translations (`predict_with_generate`, the model's generation config: beam 4, length penalty
+  0.6); the best checkpoint by BLEU is tracked and kept (`metric_for_best_model="bleu"`);
+- checkpoints: safetensors weights, written into `tmp-checkpoint-<step>` and renamed to
+  `checkpoint-<step>` once complete, so a crash during a save never leaves a half-written `checkpoint-*`
+  that `resume_from_checkpoint=True` would pick.
+
+Resuming (`trainer.train(resume_from_checkpoint=...)`) restores the model, the optimizer, the schedule
+(`scheduler.pt`), the RNG states and the position in the data (the sampler's order depends only on its seed
+and the epoch), so it continues the uninterrupted run's loss curve exactly (tests/test_trainer.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import re
+import shutil
+from dataclasses import dataclass, field
+from functools import partial
+
+import datasets
+import torch
+import torch.nn.functional as F
+from accelerate.data_loader import BatchSamplerShard
+from torch.utils.data import DataLoader
+from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments
+from transformers.trainer import TRAINER_STATE_NAME
+from transformers.trainer_callback import ExportableState
+from transformers.trainer_utils import (
+    PREFIX_CHECKPOINT_DIR,
+    SaveStrategy,
+    SchedulerType,
+    rotate_checkpoints,
+    seed_worker,
+)
+
+from .data import TokenBatchSampler
+from .metrics import make_compute_metrics
+from .schedule import NoamLR, peak_learning_rate
+
+logger = logging.getLogger(__name__)
+
+STAGING_PREFIX = "tmp-"  # staging directories are tmp-checkpoint-<step>; the Trainer only sees checkpoint-<step>
+
+
+@dataclass
+class VanillaTrainingArguments(Seq2SeqTrainingArguments):
+    """`Seq2SeqTrainingArguments` with the paper's defaults (section 5) and the recipe's own fields.
+
+    Re-defaulted (each can still be overridden): `adam_beta1=0.9`, `adam_beta2=0.98`, `adam_epsilon=1e-9`,
+    `weight_decay=0.0`, `max_grad_norm=0.0` (no clipping), `warmup_steps=4000`,
+    `lr_scheduler_type="inverse_sqrt"` (the paper's schedule, see `schedule.py`; `learning_rate` is then
+    unused), `predict_with_generate=True`, `metric_for_best_model="bleu"` and `ddp_find_unused_parameters=False`.
+    """
+
+    label_smoothing: float = field(
+        default=0.1, metadata={"help": "Label smoothing epsilon (section 5.4: 0.1). 0 gives the plain cross-entropy."}
+    )
+    lr_factor: float = field(
+        default=1.0,
+        metadata={"help": "Constant multiplier of the paper's learning-rate schedule (1.0 in the paper)."},
+    )
+    max_tokens: int | None = field(
+        default=4096,
+        metadata={
+            "help": "Token budget of a training batch per process (max of source and target tokens, padding "
+            "included; the paper's batches hold ~25000 source + 25000 target tokens over 8 GPUs). None: batches "
+            "of `per_device_train_batch_size` sentences instead."
+        },
+    )
+    max_sentences: int | None = field(
+        default=None, metadata={"help": "Optional cap on the number of sentences in a token-based batch."}
+    )
+
+    # The paper's values for fields of TrainingArguments (a dataclass field redeclared in a subclass keeps its
+    # place and takes the new default).
+    adam_beta1: float = field(default=0.9, metadata={"help": "Adam beta1 (section 5.3: 0.9)."})
+    adam_beta2: float = field(default=0.98, metadata={"help": "Adam beta2 (section 5.3: 0.98)."})
+    adam_epsilon: float = field(default=1e-9, metadata={"help": "Adam epsilon (section 5.3: 1e-9)."})
+    weight_decay: float = field(default=0.0, metadata={"help": "L2 weight decay of Adam (the paper uses none)."})
+    max_grad_norm: float = field(default=0.0, metadata={"help": "Gradient clipping norm; 0 = none (paper)."})
+    warmup_steps: float = field(default=4000, metadata={"help": "Warm-up updates (section 5.3: 4000)."})
+    lr_scheduler_type: SchedulerType | str = field(
+        default="inverse_sqrt",
+        metadata={"help": "'inverse_sqrt' = the paper's schedule (schedule.NoamLR); others use `learning_rate`."},
+    )
+    predict_with_generate: bool = field(
+        default=True, metadata={"help": "Evaluate BLEU on beam-search translations."}
+    )
+    metric_for_best_model: str | None = field(
+        default="bleu", metadata={"help": "The metric that selects the best checkpoint (validation BLEU)."}
+    )
+    ddp_find_unused_parameters: bool | None = field(
+        default=False,
+        metadata={"help": "Every parameter gets a gradient in every step, so DDP need not search for unused ones."},
+    )
+
+    def __post_init__(self):
+        super().__post_init__()
+        if not 0.0 <= self.label_smoothing < 1.0:
+            raise ValueError(f"`label_smoothing` must be in [0, 1), got {self.label_smoothing!r} (the paper uses 0.1).")
+        if not self.lr_factor > 0:
+            raise ValueError(f"`lr_factor` must be positive, got {self.lr_factor!r} (the paper's schedule has 1.0).")
+        for name in ("max_tokens", "max_sentences"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
+                raise ValueError(f"`{name}` must be a positive integer or None, got {value!r}.")
+        if self.label_smoothing_factor != 0:
+            raise ValueError(
+                f"`label_smoothing_factor`={self.label_smoothing_factor!r} selects the Trainer's own label smoother, "
+                f"which this trainer replaces: set `label_smoothing` instead and leave `label_smoothing_factor` at 0."
+            )
+
+
+def label_smoothed_nll_loss(
+    logits: torch.Tensor, labels: torch.Tensor, epsilon: float, ignore_index: int = -100
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Label-smoothed cross-entropy of section 5.4, summed over the target tokens.
+
+    The smoothed target distribution is the one of Szegedy et al. (2016), which the paper cites:
+    `q = (1 - epsilon) * onehot(gold) + epsilon / V` over the whole vocabulary of size V (the gold token
+    gets `1 - epsilon + epsilon / V`). It is the convention of `F.cross_entropy(label_smoothing=...)` and
+    of transformers' `LabelSmoother`. fairseq instead gives the gold token exactly `1 - epsilon` and spreads
+    `epsilon / (V - 1)` over the other tokens: a slightly different loss (the difference is of order
+    `epsilon / V`, negligible for V ~ 37000).
+    Written out, the loss per token is `(1 - epsilon) * NLL + epsilon * mean_v(-log p_v)`.
+
+    Returns `(smoothed_sum, nll_sum, n_tokens)`, the sums running over positions whose label is not
+    `ignore_index`; the plain NLL is what perplexity is computed from.
+    """
+    # In float32 at least: half-precision log-probabilities would lose the small terms of the smoothing sum.
+    log_probs = F.log_softmax(logits, dim=-1, dtype=torch.promote_types(logits.dtype, torch.float32))
+    mask = labels.ne(ignore_index)
+    gold = labels.masked_fill(~mask, 0).unsqueeze(-1)
+    nll = -log_probs.gather(-1, gold).squeeze(-1)
+    uniform = -log_probs.mean(dim=-1)
+    smoothed = (1.0 - epsilon) * nll + epsilon * uniform
+    return smoothed.masked_fill(~mask, 0.0).sum(), nll.masked_fill(~mask, 0.0).sum(), mask.sum()
+
+
+class VanillaTransformerTrainer(Seq2SeqTrainer):
+    """`Seq2SeqTrainer` with the paper's optimizer, schedule, label-smoothed loss, token-based batches, BLEU
+    evaluation and crash-safe checkpoints (see the module docstring). Takes the same arguments as
+    `Seq2SeqTrainer`, with `args` a `VanillaTrainingArguments`. When `compute_metrics` is not given and a
+    tokenizer is (`processing_class`), BLEU on the decoded labels is computed by `metrics.make_compute_metrics`.
+    """
+
+    # `compute_loss` already divides by the token count of the whole optimizer step: the Trainer must not
+    # divide again by the number of accumulation steps.
+    loss_is_scaled_for_ga = True
+
+    def __init__(self, model=None, args: VanillaTrainingArguments | None = None, *positional, **kwargs):
+        if args is None:
+            args = VanillaTrainingArguments()
+        if not isinstance(args, VanillaTrainingArguments):
+            raise ValueError(
+                f"`args` must be a VanillaTrainingArguments, got {type(args).__name__}: build it with "
+                f"`VanillaTrainingArguments(output_dir=..., ...)` (it carries the paper's defaults)."
+            )
+        super().__init__(model, args, *positional, **kwargs)
+        if self.args.n_gpu > 1:
+            raise ValueError(
+                f"`n_gpu`={self.args.n_gpu}: torch.nn.DataParallel is not supported (token batches cannot be split "
+                f"evenly). Launch one process per GPU instead: `accelerate launch train.py ...` or `torchrun`."
+            )
+        # The Trainer counts the target tokens of each optimizer step (`num_items_in_batch`) only for models
+        # that take loss kwargs. The loss is computed in `compute_loss` below, not by the model, but it needs
+        # that count all the same.
+        self.model_accepts_loss_kwargs = True
+        if self.compute_metrics is None and self.args.predict_with_generate and self.processing_class is not None:
+            self.compute_metrics = make_compute_metrics(self.processing_class)
+        metric = (self.args.metric_for_best_model or "").removeprefix("eval_")
+        if metric in ("bleu", "gen_len") and self.compute_metrics is None and self.args.eval_strategy != "no":
+            raise ValueError(
+                f"`metric_for_best_model`={self.args.metric_for_best_model!r} needs BLEU, but there is no "
+                f"`compute_metrics` and no tokenizer to build one: pass `processing_class=tokenizer` (with "
+                f"`predict_with_generate=True`), or set `metric_for_best_model='loss'`."
+            )
+        # Sums of (smoothed loss, NLL, target tokens) since the last log, for training and for evaluation.
+        self._loss_sums = {split: torch.zeros(3, device=self.args.device) for split in ("train", "eval")}
+
+    # ---- Optimizer and schedule (section 5.3) ----
+
+    def create_optimizer(self, model=None):
+        if self.optimizer is None and self.optimizer_cls_and_kwargs is None:
+            opt_model = self.model if model is None else model
+            # `parameters()` lists each tied weight once (shared embedding = lm_head).
+            params = [p for p in opt_model.parameters() if p.requires_grad]
+            self.optimizer = torch.optim.Adam(
+                params,
+                lr=self.args.learning_rate,  # replaced by the scheduler before the first update
+                betas=(self.args.adam_beta1, self.args.adam_beta2),
+                eps=self.args.adam_epsilon,
+                weight_decay=self.args.weight_decay,
+            )
+        return super().create_optimizer(model)
+
+    def create_scheduler(self, num_training_steps: int, optimizer: torch.optim.Optimizer | None = None):
+        if self.lr_scheduler is None and SchedulerType(self.args.lr_scheduler_type) == SchedulerType.INVERSE_SQRT:
+            config = getattr(self.accelerator.unwrap_model(self.model), "config", None)
+            d_model = getattr(config, "d_model", None)
+            if d_model is None:
+                raise ValueError(
+                    "The paper's learning-rate schedule needs `d_model` from the model config, which has none: use a "
+                    "VanillaTransformer model, or another `lr_scheduler_type` with an explicit `learning_rate`."
+                )
+            warmup = self.args.get_warmup_steps(num_training_steps)
+            self.lr_scheduler = NoamLR(
+                self.optimizer if optimizer is None else optimizer,
+                d_model=d_model,
+                warmup_steps=warmup,
+                factor=self.args.lr_factor,
+            )
+            self._created_lr_scheduler = True  # the Trainer rebuilds it on the next `train()` call
+            logger.info(
+                "Learning rate: the paper's schedule, d_model=%d, warmup=%d, factor=%g, peak %.3g at update %d.",
+                d_model, warmup, self.args.lr_factor, peak_learning_rate(d_model, warmup, self.args.lr_factor), warmup,
+            )
+        return super().create_scheduler(num_training_steps, optimizer)
+
+    # ---- Loss (section 5.4) ----
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        if "labels" not in inputs:
+            raise ValueError(
+                f"The batch has no `labels` (keys: {sorted(inputs)}): the training data must hold the tokenized "
+                f"targets in a `labels` column."
+            )
+        inputs = dict(inputs)
+        labels = inputs.pop("labels")
+        # The model is called without labels (so that it does not compute its own, unsmoothed loss); the decoder
+        # input is then the labels shifted right, made by the model's own method (the collator may have done it).
+        if "decoder_input_ids" not in inputs:
+            inputs["decoder_input_ids"] = self.accelerator.unwrap_model(model).prepare_decoder_input_ids_from_labels(
+                labels
+            )
+        outputs = model(**inputs)
+        logits = outputs["logits"] if isinstance(outputs, dict) else outputs[0]
+        smoothed_sum, nll_sum, n_tokens = label_smoothed_nll_loss(
+            logits, labels.to(logits.device), self.args.label_smoothing
+        )
+
+        if num_items_in_batch is not None:
+            # Token count of the whole optimizer step; with `average_tokens_across_devices` it is the count over all
+            # processes, and DDP averages the gradients over the processes, so multiply back by their number.
+            loss = smoothed_sum / num_items_in_batch
+            if self.args.average_tokens_across_devices:
+                loss = loss * self.accelerator.num_processes
+        else:
+            loss = smoothed_sum / n_tokens.clamp(min=1)
+
+        sums = self._loss_sums["train" if model.training else "eval"]
+        sums += torch.stack([smoothed_sum.detach(), nll_sum.detach(), n_tokens]).to(sums)
+        return (loss, outputs) if return_outputs else loss
+
+    def _take_loss_sums(self, split: str) -> tuple[float, float, float]:
+        """(smoothed sum, NLL sum, tokens) over all processes since the last call, then reset them."""
+        sums = self.accelerator.reduce(self._loss_sums[split].clone(), reduction="sum")
+        self._loss_sums[split].zero_()
+        return tuple(sums.tolist())
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        if "loss" in logs:  # the periodic training log (evaluation logs have `eval_loss`)
+            _, nll_sum, tokens = self._take_loss_sums("train")
+            if tokens > 0:
+                logs["nll_loss"] = nll_sum / tokens
+                logs["ppl"] = math.exp(min(logs["nll_loss"], 100.0))
+        super().log(logs, start_time)
+
+    # ---- Evaluation: loss, NLL, perplexity, BLEU ----
+
+    def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None, **gen_kwargs):
+        if not self.args.predict_with_generate or prediction_loss_only:
+            return super().prediction_step(model, inputs, prediction_loss_only, ignore_keys=ignore_keys)
+        inputs = self._prepare_inputs(inputs)
+        loss = labels = None
+        if "labels" in inputs:
+            # This trainer's (smoothed) loss, where `Seq2SeqTrainer` would take the model's own plain one.
+            with torch.no_grad(), self.compute_loss_context_manager():
+                loss = self.compute_loss(model, inputs).detach()
+            labels = inputs["labels"]
+        # Translate the source alone. Not through `Seq2SeqTrainer.prediction_step`: it fills the model's generation
+        # config with the library defaults (max_length=20, ...), which every later checkpoint would then save, and
+        # pads the outputs to that length; the evaluation loop pads the batches to a common width anyway (-100).
+        kwargs = {k: v for k, v in {**getattr(self, "_gen_kwargs", {}), **gen_kwargs}.items() if v is not None}
+        source = {k: v for k, v in inputs.items() if k not in ("labels", "decoder_input_ids", "decoder_attention_mask")}
+        generated = self.accelerator.unwrap_model(model).generate(**source, **kwargs)
+        return loss, generated, labels
+
+    def evaluation_loop(
+        self, dataloader, description, prediction_loss_only=None, ignore_keys=None, metric_key_prefix="eval"
+    ):
+        self._loss_sums["eval"].zero_()
+        output = super().evaluation_loop(
+            dataloader, description, prediction_loss_only=prediction_loss_only, ignore_keys=ignore_keys,
+            metric_key_prefix=metric_key_prefix,
+        )
+        smoothed_sum, nll_sum, tokens = self._take_loss_sums("eval")
+        if tokens > 0:
+            # Per target token over the whole split (the Trainer's own `eval_loss` averages per-batch means).
+            output.metrics[f"{metric_key_prefix}_loss"] = smoothed_sum / tokens
+            output.metrics[f"{metric_key_prefix}_nll_loss"] = nll_sum / tokens
+            output.metrics[f"{metric_key_prefix}_ppl"] = math.exp(min(nll_sum / tokens, 100.0))
+        return output
+
+    # ---- Token-based batches (section 5.1) ----
+
+    def get_train_dataloader(self) -> DataLoader:
+        if self.args.max_tokens is None:
+            return super().get_train_dataloader()
+        dataset = self.train_dataset
+        if not isinstance(dataset, datasets.Dataset):
+            raise ValueError(
+                f"`train_dataset` must be a datasets.Dataset (from vanilla_transformer.data.tokenize_corpus) for "
+                f"token-based batches, got {type(dataset).__name__}: convert it, or set `max_tokens=None` for batches "
+                f"of `per_device_train_batch_size` sentences."
+            )
+        # The sampler shards itself: each process gets its own batches of about `max_tokens` tokens, the same number
+        # of them on every process, in an order fixed by (seed, epoch) so that a resumed run sees the same data.
+        # Built before the unused columns (`src_len`, `tgt_len`) are removed.
+        sampler = TokenBatchSampler.from_dataset(
+            dataset,
+            self.args.max_tokens,
+            shuffle=True,
+            seed=self.args.data_seed if self.args.data_seed is not None else self.args.seed,
+            num_replicas=self.accelerator.num_processes,
+            rank=self.accelerator.process_index,
+            max_sentences=self.args.max_sentences,
+        )
+        dataset = self._remove_unused_columns(dataset, description="training")
+        params = {
+            "batch_sampler": sampler,
+            "collate_fn": self.data_collator,
+            "num_workers": self.args.dataloader_num_workers,
+            "pin_memory": self.args.dataloader_pin_memory,
+            "persistent_workers": self.args.dataloader_persistent_workers,
+            "prefetch_factor": self.args.dataloader_prefetch_factor,
+            "worker_init_fn": partial(
+                seed_worker, num_workers=self.args.dataloader_num_workers, rank=self.args.process_index
+            ),
+        }
+        if self.args.dataloader_multiprocessing_context is not None:
+            params["multiprocessing_context"] = self.args.dataloader_multiprocessing_context
+        return keep_sampler_sharding(self.accelerator.prepare(DataLoader(dataset, **params)), sampler)
+
+    # ---- Crash-safe checkpoints ----
+
+    def _save_checkpoint(self, model, trial) -> None:
+        """The Trainer's `_save_checkpoint` (same files, same best-checkpoint and rotation logic), but written into
+        `tmp-checkpoint-<step>` and renamed to `checkpoint-<step>` only once every file is on disk: the Trainer 5.23
+        writes straight into `checkpoint-<step>`, so a crash mid-save leaves a truncated checkpoint that
+        `resume_from_checkpoint=True` (`get_last_checkpoint`) would take as the newest."""
+        if self.is_deepspeed_enabled or self.is_fsdp_enabled:  # they write sharded state of their own
+            return super()._save_checkpoint(model, trial)
+        run_dir = self._get_output_dir(trial=trial)
+        name = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+        final_dir = os.path.join(run_dir, name)
+        staging_dir = os.path.join(run_dir, STAGING_PREFIX + name)
+        if self.args.should_save:
+            _remove_staging_dirs(run_dir)  # left over by an earlier crash
+        self.accelerator.wait_for_everyone()
+
+        if self.hp_search_backend is None and trial is None:
+            self.store_flos()
+        self.save_model(staging_dir, _internal_call=True)
+        if not self.args.save_only_model:
+            self._save_optimizer_and_scheduler(staging_dir)
+            self._save_scaler(staging_dir)
+            self._save_rng_state(staging_dir)
+
+        saves_by_schedule = self.args.save_strategy in (SaveStrategy.STEPS, SaveStrategy.EPOCH, SaveStrategy.BEST)
+        if saves_by_schedule and self.state.best_global_step:
+            best_dir = os.path.join(run_dir, f"{PREFIX_CHECKPOINT_DIR}-{self.state.best_global_step}")
+            # The best checkpoint may be the one being written, which is not yet at its final place.
+            if self.state.best_global_step == self.state.global_step or os.path.exists(best_dir):
+                self.state.best_model_checkpoint = best_dir
+
+        if self.args.should_save:
+            for callback in self.callback_handler.callbacks + [self.control]:
+                if isinstance(callback, ExportableState):
+                    cb_name, cb_state = callback.__class__.__name__, callback.state()
+                    if isinstance(self.state.stateful_callbacks[cb_name], list):
+                        self.state.stateful_callbacks[cb_name].append(cb_state)
+                    else:
+                        self.state.stateful_callbacks[cb_name] = cb_state
+            self.state.save_to_json(os.path.join(staging_dir, TRAINER_STATE_NAME))
+
+        self.accelerator.wait_for_everyone()  # every process has written its RNG state into the staging directory
+        if self.args.should_save:
+            _publish_directory(staging_dir, final_dir)
+        self.accelerator.wait_for_everyone()
+
+        if self.args.push_to_hub:
+            self._push_from_checkpoint(final_dir)
+        if self.args.should_save:
+            rotate_checkpoints(
+                output_dir=run_dir,
+                save_total_limit=self.args.save_total_limit,
+                best_model_checkpoint=self.state.best_model_checkpoint,
+                use_mtime=True,
+            )
+
+
+def keep_sampler_sharding(dataloader, sampler):
+    """Undo accelerate's sharding of a batch sampler that shards itself (returns `dataloader`).
+
+    Under data parallelism `accelerator.prepare` wraps the batch sampler in a `BatchSamplerShard`, which would deal
+    the (already per-process) batches round-robin once more and keep only 1 in `num_processes` of them. Make it a
+    pass-through, as the Trainer does for its own rank-aware `BatchRebalanceSampler`. The wrapper has no
+    `set_epoch` either, which the Trainer looks for on it when it resumes mid-epoch (through accelerate's
+    `SkipBatchSampler`): forward it to the sampler, so that the resumed epoch has the right order.
+    """
+    wrapper = getattr(dataloader, "batch_sampler", None)
+    if isinstance(wrapper, BatchSamplerShard) and wrapper.batch_sampler is sampler:
+        wrapper.num_processes, wrapper.process_index, wrapper.batch_size = 1, 0, None
+        wrapper.set_epoch = sampler.set_epoch
+    return dataloader
+
+
+_STAGING_RE = re.compile(rf"^{STAGING_PREFIX}{PREFIX_CHECKPOINT_DIR}-\d+(\.old)?$")
+
+
+def _remove_staging_dirs(run_dir: str) -> None:
+    if os.path.isdir(run_dir):
+        for entry in os.listdir(run_dir):
+            if _STAGING_RE.match(entry):
+                shutil.rmtree(os.path.join(run_dir, entry), ignore_errors=True)
+
+
+def _fsync(path: str) -> None:
+    # Best effort: the rename is what keeps a half-written checkpoint invisible; flushing also protects against a
+    # power loss, where the platform allows it (Windows cannot fsync a read-only handle or a directory).
+    try:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError:
+        pass
+
+
+def _publish_directory(staging_dir: str, final_dir: str) -> None:
+    """Make `staging_dir` appear as `final_dir` in one step: its files are flushed to disk, then it is renamed
+    (`os.replace` is atomic on POSIX and Windows within a filesystem)."""
+    for root, _, files in os.walk(staging_dir):
+        for name in files:
+            _fsync(os.path.join(root, name))
+    if os.path.exists(final_dir):  # the same step saved twice (e.g. a save at the end of training)
+        old = staging_dir + ".old"
+        os.replace(final_dir, old)
+        os.replace(staging_dir, final_dir)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(staging_dir, final_dir)
+    _fsync(os.path.dirname(os.path.abspath(final_dir)))  # persist the rename itself
+
+
+__all__ = ["VanillaTrainingArguments", "VanillaTransformerTrainer", "keep_sampler_sharding", "label_smoothed_nll_loss"]
