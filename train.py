@@ -1,0 +1,404 @@
+#!/usr/bin/env python
+"""Train the Transformer of "Attention Is All You Need" with the paper's recipe (section 5) on the HF Trainer.
+
+    python train.py --config configs/multi30k_en_de_cpu.json            # one CPU
+    accelerate launch train.py --config configs/wmt14_en_de_base.json   # several GPUs or machines
+
+Every option is a field of the dataclasses below (`python train.py --help` lists them); `--config FILE.json`
+sets any of them, and options given on the command line win over the file. The run writes into
+`--output_dir`: checkpoints, the final model with tokenizer and generation config (ready for
+`from_pretrained`), the averaged model (`averaged/`, when `--average_last K`), `results.json`, TensorBoard logs
+and PNG plots of loss, learning rate and BLEU.
+
+Thin on purpose: parse, build, run. The pieces live in the package: data loading and token batches
+(`vanilla_transformer.data`), the tokenizer (`.tokenization`), the trainer with the paper's optimizer, schedule
+and loss (`.trainer`), checkpoint averaging (`.averaging`), BLEU (`.metrics`) and batched translation
+(`.translate`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import math
+import os
+import platform
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+import transformers
+from datasets import DatasetDict
+from transformers import DataCollatorForSeq2Seq, HfArgumentParser, TrainerCallback, set_seed
+
+from vanilla_transformer import PRESETS, VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
+from vanilla_transformer.averaging import average_checkpoints, last_checkpoints
+from vanilla_transformer.data import load_parallel_corpus, tokenize_corpus
+from vanilla_transformer.metrics import compute_bleu
+from vanilla_transformer.tokenization import check_tokenizer_fits_model, load_tokenizer, train_tokenizer
+from vanilla_transformer.trainer import VanillaTrainingArguments, VanillaTransformerTrainer
+from vanilla_transformer.translate import translate
+
+logger = logging.getLogger("train")
+
+
+@dataclass
+class ModelArguments:
+    preset: str = field(default="small", metadata={"help": f"Model size: one of {sorted(PRESETS)} (base/big: Table 3)."})
+    init_from: str | None = field(
+        default=None, metadata={"help": "Start from this checkpoint (path or Hub id) instead of a fresh model."}
+    )
+    d_model: int | None = field(default=None, metadata={"help": "Override the preset's d_model."})
+    layers: int | None = field(default=None, metadata={"help": "Override N, the encoder and decoder layer count."})
+    heads: int | None = field(default=None, metadata={"help": "Override h, the attention head count."})
+    ffn_dim: int | None = field(default=None, metadata={"help": "Override d_ff."})
+    dropout: float | None = field(default=None, metadata={"help": "Override P_drop (residual dropout)."})
+    attention_dropout: float | None = field(default=None, metadata={"help": "Dropout on attention weights (paper: 0)."})
+    activation_dropout: float | None = field(default=None, metadata={"help": "Dropout inside the FFN (paper: 0)."})
+    position_embedding_type: str | None = field(default=None, metadata={"help": "'sinusoidal' (paper) or 'learned'."})
+    normalize_before: bool | None = field(default=None, metadata={"help": "Pre-norm variant (paper: post-norm)."})
+    attention_bias: bool | None = field(default=None, metadata={"help": "Biases in the attention projections."})
+    max_position_embeddings: int | None = field(default=None, metadata={"help": "Learned position table size."})
+
+
+@dataclass
+class DataArguments:
+    dataset: str = field(
+        default="../shared/data/multi30k",
+        metadata={"help": "Directory of {split}.{lang}[.gz] files, a TSV/JSONL file or directory, a save_to_disk "
+                  "directory, or a Hub dataset id with a `translation` column (e.g. wmt14)."},
+    )
+    dataset_config: str | None = field(default=None, metadata={"help": "Hub dataset configuration, e.g. 'de-en'."})
+    src_lang: str = field(default="en", metadata={"help": "Source language code."})
+    tgt_lang: str = field(default="de", metadata={"help": "Target language code."})
+    train_split: str = field(default="train", metadata={"help": "Name of the training split in the data."})
+    validation_split: str = field(default="val", metadata={"help": "Name of the validation split in the data."})
+    test_split: str | None = field(default="test_2016_flickr", metadata={"help": "Test split (BLEU at the end)."})
+    src_column: str | None = field(default=None, metadata={"help": "Source column of a table without `translation`."})
+    tgt_column: str | None = field(default=None, metadata={"help": "Target column of a table without `translation`."})
+    max_length: int = field(default=128, metadata={"help": "Longest training pair kept, tokens per side."})
+    max_length_ratio: float | None = field(default=2.5, metadata={"help": "Longest accepted length ratio of a training pair."})
+    max_train_samples: int | None = field(default=None, metadata={"help": "Use only the first N training pairs."})
+    max_eval_samples: int | None = field(
+        default=None, metadata={"help": "Evaluate during training on the first N validation pairs (speed)."}
+    )
+    preprocessing_num_workers: int | None = field(default=None, metadata={"help": "Processes for tokenization."})
+
+
+@dataclass
+class TokenizerArguments:
+    tokenizer: str | None = field(
+        default=None, metadata={"help": "Path or Hub id of a tokenizer; by default one is trained on the training split."}
+    )
+    vocab_size: int = field(default=8000, metadata={"help": "Shared vocabulary size of a trained tokenizer."})
+    min_frequency: int = field(default=2, metadata={"help": "Minimum pair frequency for a BPE merge."})
+
+
+@dataclass
+class RunArguments:
+    average_last: int = field(
+        default=0, metadata={"help": "Average the last K checkpoints at the end (paper: 5 base, 20 big); 0 = off."}
+    )
+    test_batch_size: int = field(default=64, metadata={"help": "Sentences per batch for the final test translation."})
+    plots: bool = field(default=True, metadata={"help": "Write PNG plots of loss, learning rate and BLEU."})
+    max_train_minutes: float | None = field(
+        default=None,
+        metadata={"help": "Stop training (with a final checkpoint) after this many minutes of wall-clock time, even "
+                  "before max_steps: 'train for about an hour' on a CPU. The schedule does not depend on max_steps."},
+    )
+
+
+class TimeLimit(TrainerCallback):
+    """Ends training after `minutes` of wall-clock time, saving a checkpoint at that step (the Trainer's own
+    limits are in steps or epochs; the paper's runs, and CPU runs here, are sized in hours)."""
+
+    def __init__(self, minutes: float):
+        self.seconds = minutes * 60
+        self.started = None
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.started = time.monotonic()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if time.monotonic() - self.started >= self.seconds:
+            logger.info("Time limit of %.1f minutes reached at step %d: saving and stopping.", self.seconds / 60, state.global_step)
+            control.should_training_stop = True
+            control.should_save = True
+            control.should_evaluate = args.eval_strategy != "no"
+        return control
+
+
+PARSER_CLASSES = (ModelArguments, DataArguments, TokenizerArguments, RunArguments, VanillaTrainingArguments)
+
+
+def parse_args(argv: list[str] | None = None):
+    """Dataclasses from the command line, with `--config FILE.json` as defaults that the command line overrides."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = HfArgumentParser(PARSER_CLASSES, description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", default=None, help="JSON file of options (a preset in configs/); CLI options win.")
+    known = {a.dest for a in parser._actions}
+    config_path = None
+    if "--config" in argv:
+        i = argv.index("--config")
+        config_path = argv[i + 1] if i + 1 < len(argv) else None
+        if config_path is None:
+            parser.error("--config needs a JSON file")
+    if config_path is not None:
+        path = Path(config_path)
+        if not path.is_file():
+            available = ", ".join(sorted(p.name for p in Path(__file__).parent.joinpath("configs").glob("*.json")))
+            raise ValueError(f"Preset file {config_path!r} does not exist; the presets in configs/ are: {available}.")
+        defaults = json.loads(path.read_text())
+        unknown = sorted(set(defaults) - known)
+        if unknown:
+            raise ValueError(f"{config_path}: unknown option(s) {unknown}; see `python train.py --help`.")
+        parser.set_defaults(**defaults)
+    # The dataclasses, then a namespace holding --config, then what argparse did not recognise.
+    *parsed, _config_namespace, extra = parser.parse_args_into_dataclasses(args=argv, return_remaining_strings=True)
+    if extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    model_args, data_args, tok_args, run_args, training_args = parsed
+    if model_args.preset not in PRESETS:
+        raise ValueError(f"--preset {model_args.preset!r} does not exist: choose one of {sorted(PRESETS)}.")
+    return model_args, data_args, tok_args, run_args, training_args
+
+
+def build_config(model_args: ModelArguments, tokenizer) -> VanillaTransformerConfig:
+    overrides = {
+        "d_model": model_args.d_model,
+        "encoder_layers": model_args.layers, "decoder_layers": model_args.layers,
+        "encoder_attention_heads": model_args.heads, "decoder_attention_heads": model_args.heads,
+        "encoder_ffn_dim": model_args.ffn_dim, "decoder_ffn_dim": model_args.ffn_dim,
+        "dropout": model_args.dropout, "attention_dropout": model_args.attention_dropout,
+        "activation_dropout": model_args.activation_dropout,
+        "position_embedding_type": model_args.position_embedding_type,
+        "normalize_before": model_args.normalize_before, "attention_bias": model_args.attention_bias,
+        "max_position_embeddings": model_args.max_position_embeddings,
+    }
+    overrides = {k: v for k, v in overrides.items() if v is not None}
+    return VanillaTransformerConfig.from_preset(
+        model_args.preset,
+        vocab_size=len(tokenizer),
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        decoder_start_token_id=tokenizer.bos_token_id,
+        **overrides,
+    )
+
+
+def get_tokenizer(tok_args: TokenizerArguments, raw, training_args) -> transformers.PreTrainedTokenizerBase:
+    if tok_args.tokenizer is not None:
+        return load_tokenizer(tok_args.tokenizer)
+    # Section 5.1: one vocabulary shared by source and target, learned on the training data only. Trained by the
+    # main process and read back by the others, so that every process has the same one.
+    tok_dir = Path(training_args.output_dir) / "tokenizer"
+    with training_args.main_process_first(desc="training the tokenizer"):
+        if training_args.process_index == 0 and not (tok_dir / "tokenizer.json").is_file():
+            train = raw["train"]
+            tokenizer = train_tokenizer(
+                itertools.chain(train["source"], train["target"]),
+                vocab_size=tok_args.vocab_size,
+                min_frequency=tok_args.min_frequency,
+            )
+            tokenizer.save_pretrained(tok_dir)
+            logger.info("Trained a shared BPE tokenizer of %d tokens on %d pairs -> %s", len(tokenizer), len(train), tok_dir)
+    return load_tokenizer(str(tok_dir))
+
+
+def plot_history(log_history: list[dict], out_dir: Path) -> list[str]:
+    """PNG plots of training loss / NLL, learning rate and validation BLEU against the optimizer step."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        logger.warning("matplotlib is not installed (pip install 'vanilla-transformer[plot]'): no plots.")
+        return []
+    series = {
+        "loss.png": [("loss", "train loss (label-smoothed)"), ("nll_loss", "train NLL"), ("eval_loss", "validation loss"),
+                     ("eval_nll_loss", "validation NLL")],
+        "learning_rate.png": [("learning_rate", "learning rate")],
+        "bleu.png": [("eval_bleu", "validation BLEU")],
+    }
+    written = []
+    for name, keys in series.items():
+        fig, ax = plt.subplots(figsize=(6, 4))
+        drawn = False
+        for key, label in keys:
+            points = [(h["step"], h[key]) for h in log_history if key in h and "step" in h]
+            if points:
+                ax.plot(*zip(*points), marker="." if len(points) < 50 else None, label=label)
+                drawn = True
+        if drawn:
+            ax.set_xlabel("optimizer step")
+            ax.legend()
+            ax.grid(alpha=0.3)
+            fig.tight_layout()
+            fig.savefig(out_dir / name, dpi=100)
+            written.append(name)
+        plt.close(fig)
+    return written
+
+
+def test_bleu(model, tokenizer, raw_test, batch_size: int) -> dict:
+    started = time.perf_counter()
+    hypotheses = translate(model, tokenizer, raw_test["source"], batch_size=batch_size)
+    result = compute_bleu(hypotheses, raw_test["target"])
+    result.update(sentences=len(hypotheses), seconds=round(time.perf_counter() - started, 1))
+    return result, hypotheses
+
+
+def main(argv: list[str] | None = None) -> dict:
+    model_args, data_args, tok_args, run_args, training_args = parse_args(argv)
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
+    transformers.logging.set_verbosity_warning()
+    set_seed(training_args.seed)
+    out_dir = Path(training_args.output_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if training_args.push_to_hub:
+        # A missing or invalid token, or a namespace the token cannot write to, fails here, before any training.
+        from vanilla_transformer.hub import check_hub_access
+
+        check_hub_access(training_args.hub_model_id or out_dir.name, token=training_args.hub_token)
+
+    # 1. Data (checked before anything is trained: missing files, line counts, languages, splits).
+    splits = {"train": data_args.train_split, "validation": data_args.validation_split}
+    if data_args.test_split:
+        splits["test"] = data_args.test_split
+    raw = load_parallel_corpus(
+        data_args.dataset, data_args.src_lang, data_args.tgt_lang,
+        splits=tuple(splits), split_names=splits, config_name=data_args.dataset_config,
+        src_column=data_args.src_column, tgt_column=data_args.tgt_column,
+    )
+    if data_args.max_train_samples:
+        raw["train"] = raw["train"].select(range(min(data_args.max_train_samples, len(raw["train"]))))
+
+    # 2. Tokenizer and model, checked against each other.
+    tokenizer = get_tokenizer(tok_args, raw, training_args)
+    if model_args.init_from:
+        model = VanillaTransformerForConditionalGeneration.from_pretrained(model_args.init_from)
+    else:
+        model = VanillaTransformerForConditionalGeneration(build_config(model_args, tokenizer))
+    check_tokenizer_fits_model(tokenizer, model.config)
+    if training_args.max_tokens is not None and data_args.max_length > training_args.max_tokens:
+        raise ValueError(
+            f"--max_length {data_args.max_length} exceeds --max_tokens {training_args.max_tokens}: a pair of that length "
+            f"would not fit in any batch; lower max_length or raise max_tokens."
+        )
+    logger.info("Model: %s preset, %s parameters, %s", model_args.preset, f"{model.num_parameters():,}", model.config.to_diff_dict())
+
+    # 3. Token ids, filtered by length (training split only; validation pairs are never dropped silently).
+    with training_args.main_process_first(desc="tokenizing"):
+        tokenized = tokenize_corpus(
+            DatasetDict(train=raw["train"], validation=raw["validation"]), tokenizer, max_length=data_args.max_length,
+            max_length_ratio=data_args.max_length_ratio, num_proc=data_args.preprocessing_num_workers,
+        )
+    eval_dataset = tokenized["validation"]
+    if data_args.max_eval_samples:
+        eval_dataset = eval_dataset.select(range(min(data_args.max_eval_samples, len(eval_dataset))))
+
+    # 4. Train.
+    trainer = VanillaTransformerTrainer(
+        model=model,
+        args=training_args,
+        train_dataset=tokenized["train"],
+        eval_dataset=eval_dataset,
+        processing_class=tokenizer,
+        data_collator=DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=-100),
+        callbacks=[TimeLimit(run_args.max_train_minutes)] if run_args.max_train_minutes else None,
+    )
+    started = time.perf_counter()
+    train_result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    train_seconds = time.perf_counter() - started
+    trainer.save_model()  # final model + tokenizer + generation config, ready for from_pretrained
+    trainer.save_state()
+
+    results = {}
+    if trainer.is_world_process_zero():
+        results = finish(trainer, tokenizer, raw, tokenized, model_args, data_args, tok_args, run_args, train_result,
+                         train_seconds)
+    return results
+
+
+def finish(trainer, tokenizer, raw, tokenized, model_args, data_args, tok_args, run_args, train_result, train_seconds):
+    """Test BLEU of the final and of the averaged model, results.json, plots (main process only)."""
+    args = trainer.args
+    out_dir = Path(args.output_dir)
+    history = trainer.state.log_history
+    train_tokens = sum(int(n) for n in tokenized["train"]["tgt_len"]) + sum(int(n) for n in tokenized["train"]["src_len"])
+    epochs = trainer.state.epoch or 0.0
+    results = {
+        "src_lang": data_args.src_lang,
+        "tgt_lang": data_args.tgt_lang,
+        "dataset": data_args.dataset,
+        "splits": {"train": data_args.train_split, "validation": data_args.validation_split, "test": data_args.test_split},
+        "preset": model_args.preset,
+        "parameters": trainer.model.num_parameters(),
+        "bleu": {},
+        "training": {
+            "steps": trainer.state.global_step,
+            "epochs": round(epochs, 3),
+            "train_runtime_s": round(train_seconds, 1),
+            "train_pairs": len(tokenized["train"]),
+            # Source + target tokens processed per second of training (evaluation time included in the runtime).
+            "tokens_per_second": round(train_tokens * epochs / train_seconds, 1) if train_seconds else None,
+            "hardware": f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPU cores, torch threads "
+                        f"{torch.get_num_threads()}" + (f", {torch.cuda.get_device_name()}" if torch.cuda.is_available() else ""),
+            "world_size": args.world_size,
+            "final_train_loss": train_result.training_loss,
+            "hyperparameters": {
+                "max_tokens": args.max_tokens, "warmup_steps": args.warmup_steps, "lr_factor": args.lr_factor,
+                "label_smoothing": args.label_smoothing, "adam_betas": [args.adam_beta1, args.adam_beta2],
+                "adam_epsilon": args.adam_epsilon, "dropout": trainer.model.config.dropout,
+                "gradient_accumulation_steps": args.gradient_accumulation_steps, "seed": args.seed,
+                "vocab_size": len(tokenizer),
+            },
+        },
+        "best_checkpoint": trainer.state.best_model_checkpoint,
+        "best_validation_bleu": trainer.state.best_metric,
+        "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
+    }
+    if data_args.test_split:
+        test = raw["test"]
+        model = trainer.model
+        results["bleu"]["test"], hyps = test_bleu(model, tokenizer, test, run_args.test_batch_size)
+        results["bleu"]["test"]["split"] = data_args.test_split
+        (out_dir / f"{data_args.test_split}.hyp.{data_args.tgt_lang}").write_text("\n".join(hyps) + "\n")
+        logger.info("Test BLEU (final model): %s", results["bleu"]["test"])
+        if run_args.average_last and any(out_dir.glob("checkpoint-*")):
+            available = len(list(out_dir.glob("checkpoint-*")))
+            k = min(run_args.average_last, available)
+            if k < run_args.average_last:
+                logger.warning("Only %d checkpoints in %s: averaging %d, not %d.", available, out_dir, k, run_args.average_last)
+            checkpoints = last_checkpoints(str(out_dir), k)
+            averaged_dir = average_checkpoints(checkpoints, str(out_dir / "averaged"))
+            tokenizer.save_pretrained(averaged_dir)
+            averaged = VanillaTransformerForConditionalGeneration.from_pretrained(averaged_dir).to(model.device)
+            results["bleu"]["test_averaged"], hyps = test_bleu(averaged, tokenizer, test, run_args.test_batch_size)
+            results["bleu"]["test_averaged"]["split"] = data_args.test_split
+            results["checkpoint_averaging"] = {"k": len(checkpoints), "checkpoints": [Path(c).name for c in checkpoints]}
+            (out_dir / f"{data_args.test_split}.averaged.hyp.{data_args.tgt_lang}").write_text("\n".join(hyps) + "\n")
+            logger.info("Test BLEU (average of %d checkpoints): %s", len(checkpoints), results["bleu"]["test_averaged"])
+    if run_args.plots:
+        results["plots"] = plot_history(history, out_dir)
+    (out_dir / "results.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
+    logger.info("Results written to %s", out_dir / "results.json")
+    if args.push_to_hub:
+        # The Trainer pushed checkpoints while training (hub_strategy); the final push carries the model card
+        # (written from results.json), the plots and the remote code.
+        from vanilla_transformer.hub import push_run
+
+        results["hub_commit"] = push_run(
+            out_dir, args.hub_model_id or out_dir.name, private=bool(args.hub_private_repo),
+            revision=args.hub_revision, token=args.hub_token,
+        )
+    return results
+
+
+if __name__ == "__main__":
+    main()

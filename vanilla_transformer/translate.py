@@ -1,0 +1,73 @@
+"""Translate a list of sentences with a trained model: batches sorted by length, order restored.
+
+Used by `train.py` (test-set BLEU of the final and the averaged model) and by the `vanilla-transformer
+translate` command. `generate` does the decoding (by default the model's generation config: beam 4,
+length penalty 0.6, maximum output length = source length + 50, section 6.1).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+import torch
+from tqdm.auto import tqdm
+
+logger = logging.getLogger(__name__)
+
+
+def source_limit(model, tokenizer) -> int:
+    """The longest source (in tokens, </s> included) the pair takes: the learned position table of the model, or
+    the tokenizer's `model_max_length` (sinusoidal positions have no maximum of their own, section 3.5)."""
+    limit = tokenizer.model_max_length if tokenizer.model_max_length and tokenizer.model_max_length < 10**9 else 1024
+    if getattr(model.config, "position_embedding_type", "sinusoidal") == "learned":
+        limit = min(limit, model.config.max_position_embeddings)
+    return limit
+
+
+@torch.no_grad()
+def translate(
+    model,
+    tokenizer,
+    sentences: Sequence[str],
+    *,
+    batch_size: int = 32,
+    progress: bool = False,
+    **generate_kwargs,
+) -> list[str]:
+    """Translate `sentences` (one string each) and return one translation per sentence, in input order.
+
+    Sentences are sorted by tokenized length so that a batch holds sentences of similar length (little
+    padding); the output order is the input order. An empty (or all-whitespace) sentence gives an empty
+    translation without calling the model. A sentence longer than the model takes (`source_limit`) is
+    truncated to that many tokens, with a warning naming its index: it is never dropped.
+    """
+    if batch_size < 1:
+        raise ValueError(f"`batch_size` must be at least 1, got {batch_size}.")
+    limit = source_limit(model, tokenizer)
+    results = [""] * len(sentences)
+    todo = [i for i, s in enumerate(sentences) if s.strip()]
+    if not todo:
+        return results
+    encoded = tokenizer([sentences[i] for i in todo], truncation=False)["input_ids"]
+    for i, ids in zip(todo, encoded):
+        if len(ids) > limit:
+            logger.warning(
+                "Sentence %d has %d tokens; the model takes %d: it is truncated to its first %d tokens.",
+                i, len(ids), limit, limit,
+            )
+    lengths = {i: len(ids) for i, ids in zip(todo, encoded)}
+    order = sorted(todo, key=lambda i: -lengths[i])
+    model.eval()
+    bar = tqdm(total=len(order), desc="translate", unit="sent", disable=not progress)
+    for start in range(0, len(order), batch_size):
+        chunk = order[start : start + batch_size]
+        batch = tokenizer(
+            [sentences[i] for i in chunk], truncation=True, max_length=limit, padding=True, return_tensors="pt"
+        ).to(model.device)
+        out = model.generate(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], **generate_kwargs)
+        for i, text in zip(chunk, tokenizer.batch_decode(out, skip_special_tokens=True)):
+            results[i] = text.strip()
+        bar.update(len(chunk))
+    bar.close()
+    return results
