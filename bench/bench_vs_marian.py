@@ -1,0 +1,747 @@
+"""Benchmark: this package's Transformer against transformers' `MarianMTModel` built as the same architecture.
+
+What is timed, for each preset (`small`, `base`):
+
+- a training step: forward with `labels` (token-mean cross-entropy) + backward, model in `train()` mode with
+  the preset's dropout, on a padded batch of real Multi30k EN->DE sentences;
+- beam-4 generation (`eval()`, `no_grad`, KV cache) of a padded batch of Multi30k source sentences.
+
+Three models see the *same input tensors*, interleaved in one process (round-robin, rotating who goes first):
+
+- `marian`: `MarianMTModel` with ReLU, post-norm, sinusoidal positions, sqrt(d_model)-scaled embeddings shared by
+  encoder, decoder and output projection, the preset's sizes and dropout;
+- `ours`: `VanillaTransformerForConditionalGeneration`, the paper default (no biases in W_Q, W_K, W_V, W_O);
+- `ours+bias`: the same with `attention_bias=True`, which has exactly Marian's trainable parameters. Marian gets
+  this model's weights (and its positional table), and the script checks that both then compute the same logits
+  and generate the same tokens, so the comparison is between two implementations of one function.
+
+It prints the median and inter-quartile range of each model's time and the ratio ours / Marian (< 1 means ours is
+faster), both as the ratio of medians and as the median of the per-repetition ratios (each repetition times every
+model back to back, so the paired ratio is less sensitive to other load on the machine); each for two clocks: wall
+time, and the CPU time of the process (which leaves out the time spent waiting for a core on a shared machine;
+with `--threads 1` it is the steadier figure). Since `ours+bias` and `marian` compute the same function, their
+ratio shows the noise floor of the run. `--profile` adds a breakdown of where the time goes (attention
+projections, attention core, FFN, LayerNorm, embeddings, output projection, loss, generation loop, logits
+processors, KV cache), with operator counts and host syncs, for `ours` and `marian`, from `torch.profiler`.
+
+Run from the repository root:
+    python bench/bench_vs_marian.py                      # small + base, CPU, float32, all cores
+    python bench/bench_vs_marian.py --presets small --reps 9 --profile
+    python bench/bench_vs_marian.py --device cuda --dtype bfloat16 --train-batch 256 --gen-batch 64
+
+This is a benchmark, not a test: it asserts nothing about speed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import itertools
+import logging
+import os
+import platform
+import statistics
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing here needs the Hub
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import torch  # noqa: E402
+import transformers  # noqa: E402
+from torch.autograd.profiler import record_function  # noqa: E402
+from transformers import GenerationConfig, MarianConfig, MarianMTModel  # noqa: E402
+
+# Run as a script from a checkout: make the package importable without installing it.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration  # noqa: E402
+from vanilla_transformer.modeling_vanilla_transformer import sinusoidal_position_encoding  # noqa: E402
+
+
+DATA_DIR = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
+
+# Per-preset defaults, chosen so that the default run (small + base, 2 CPU cores) stays within ~6 minutes.
+# `base` is ~8x the compute of `small`, hence smaller batches and fewer repetitions on CPU.
+PRESET_DEFAULTS = {
+    "small": dict(train_batch=32, gen_batch=16, reps=5, new_tokens=16),
+    "base": dict(train_batch=12, gen_batch=4, reps=3, new_tokens=12),
+    "big": dict(train_batch=8, gen_batch=4, reps=3, new_tokens=12),
+}
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Data: real Multi30k sentences, one shared tokenizer, identical tensors for every model.
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def read_lines(path: Path, limit: int | None = None) -> list[str]:
+    if not path.exists():
+        raise ValueError(f"Data file {str(path)!r} not found: pass `--data-dir` pointing at the multi30k directory.")
+    with gzip.open(path, "rt", encoding="utf-8") as handle:
+        lines = [line.rstrip("\n") for line in itertools.islice(handle, limit)]
+    return lines
+
+
+def build_tokenizer(data_dir: Path, vocab_size: int, sentences: int):
+    """The package's shared EN+DE BPE tokenizer, trained on the first `sentences` training pairs."""
+    from vanilla_transformer.tokenization import train_tokenizer
+
+    english = read_lines(data_dir / "train.en.gz", sentences)
+    german = read_lines(data_dir / "train.de.gz", sentences)
+    return train_tokenizer(english + german, vocab_size=vocab_size)
+
+
+def make_batches(tokenizer, source: list[str], target: list[str], batch_size: int, count: int) -> list[dict]:
+    """`count` consecutive (unsorted, hence padded) batches of `batch_size` sentence pairs: `input_ids`,
+    `attention_mask` and `labels` (padding -100), as the package's collator produces them."""
+    needed = batch_size * count
+    if needed > len(source):
+        raise ValueError(
+            f"{count} batches of {batch_size} sentences need {needed} pairs but the evaluation file has "
+            f"{len(source)}: lower `--train-batch` / `--gen-batch` / `--batches`."
+        )
+    batches = []
+    for start in range(0, needed, batch_size):
+        encoded = tokenizer(
+            source[start : start + batch_size],
+            text_target=target[start : start + batch_size],
+            padding=True,
+            return_tensors="pt",
+        )
+        labels = encoded["labels"].masked_fill(encoded["labels"] == tokenizer.pad_token_id, -100)
+        batches.append(dict(input_ids=encoded["input_ids"], attention_mask=encoded["attention_mask"], labels=labels))
+    return batches
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Models: ours (two variants) and Marian configured as the same architecture.
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def marian_config_like(config: VanillaTransformerConfig, max_positions: int) -> MarianConfig:
+    """MarianConfig with our architecture: ReLU, post-norm (Marian is always post-norm), sqrt(d)-scaled embeddings
+    shared by encoder, decoder and output (three-way tying), the same sizes, dropout and special-token ids."""
+    return MarianConfig(
+        vocab_size=config.vocab_size,
+        decoder_vocab_size=config.vocab_size,
+        d_model=config.d_model,
+        encoder_layers=config.encoder_layers,
+        decoder_layers=config.decoder_layers,
+        encoder_attention_heads=config.encoder_attention_heads,
+        decoder_attention_heads=config.decoder_attention_heads,
+        encoder_ffn_dim=config.encoder_ffn_dim,
+        decoder_ffn_dim=config.decoder_ffn_dim,
+        activation_function="relu",
+        dropout=config.dropout,
+        attention_dropout=config.attention_dropout,
+        activation_dropout=config.activation_dropout,
+        encoder_layerdrop=0.0,
+        decoder_layerdrop=0.0,
+        scale_embedding=True,
+        share_encoder_decoder_embeddings=True,
+        tie_word_embeddings=True,
+        max_position_embeddings=max_positions,
+        pad_token_id=config.pad_token_id,
+        bos_token_id=config.bos_token_id,
+        eos_token_id=config.eos_token_id,
+        decoder_start_token_id=config.decoder_start_token_id,
+        # MarianConfig's default forces token 0 at the last step; ours forces nothing.
+        forced_eos_token_id=None,
+    )
+
+
+def copy_into_marian(ours: VanillaTransformerForConditionalGeneration, marian: MarianMTModel) -> None:
+    """Give Marian the weights of `ours` (built with attention_bias=True) and our positional table, so that both
+    compute the same function. Names match except that our FFN is a sub-module (`ffn.fc1` vs `fc1`)."""
+    state = {name.replace(".ffn.", "."): tensor for name, tensor in ours.state_dict().items()}
+    missing, unexpected = marian.load_state_dict(state, strict=False)
+    expected_missing = {"final_logits_bias", "model.encoder.embed_positions.weight", "model.decoder.embed_positions.weight"}
+    if set(missing) - expected_missing or unexpected:
+        raise RuntimeError(f"Weight mapping ours -> Marian is incomplete: missing {missing}, unexpected {unexpected}.")
+    # Section 3.5's interleaved sin/cos (Marian's own table puts all sines first, then all cosines).
+    with torch.no_grad():
+        for positions in (marian.model.encoder.embed_positions, marian.model.decoder.embed_positions):
+            table = sinusoidal_position_encoding(torch.arange(positions.num_embeddings), positions.embedding_dim)
+            positions.weight.copy_(table.to(positions.weight))
+
+
+def count_parameters(model: torch.nn.Module) -> tuple[int, int, int]:
+    """(trainable, frozen, buffers) element counts; tied weights are counted once (`parameters()` de-duplicates)."""
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    frozen = sum(p.numel() for p in model.parameters() if not p.requires_grad)
+    buffers = sum(b.numel() for b in model.buffers())
+    return trainable, frozen, buffers
+
+
+def check_tying(model: torch.nn.Module, name: str) -> None:
+    shared = model.get_input_embeddings().weight
+    encoder, decoder = model.get_encoder().embed_tokens.weight, model.get_decoder().embed_tokens.weight
+    if not (model.get_output_embeddings().weight is shared and encoder is shared and decoder is shared):
+        raise RuntimeError(f"{name}: embeddings are not three-way tied; the comparison would not be like for like.")
+
+
+def build_models(preset: str, vocab_size: int, max_positions: int, device: torch.device, dtype: torch.dtype, seed: int):
+    torch.manual_seed(seed)
+    config = VanillaTransformerConfig.from_preset(preset, vocab_size=vocab_size)
+    ours = VanillaTransformerForConditionalGeneration(config)
+    ours_bias = VanillaTransformerForConditionalGeneration(
+        VanillaTransformerConfig.from_preset(preset, vocab_size=vocab_size, attention_bias=True)
+    )
+    marian = MarianMTModel(marian_config_like(config, max_positions))
+    copy_into_marian(ours_bias, marian)
+    models = {"marian": marian, "ours": ours, "ours+bias": ours_bias}
+    for name, model in models.items():
+        check_tying(model, name)
+        model.to(device=device, dtype=dtype)
+    return config, models
+
+
+def print_differences(config: VanillaTransformerConfig, models: dict) -> None:
+    counts = {name: count_parameters(model) for name, model in models.items()}
+    print("  parameters (trainable, tied counted once | frozen | buffers):")
+    for name, (trainable, frozen, buffers) in counts.items():
+        print(f"    {name:10s} {trainable:>12,d} | {frozen:>9,d} | {buffers:>6,d}")
+    same = counts["ours+bias"][0] == counts["marian"][0]
+    extra = counts["marian"][0] - counts["ours"][0]
+    bias_count = (config.encoder_layers * 4 + config.decoder_layers * 8) * config.d_model
+    print(
+        f"    ours+bias == marian trainable: {same}; marian - ours = {extra:,d} = attention biases "
+        f"(4 per encoder layer, 8 per decoder layer, x d_model = {bias_count:,d}): {extra == bias_count}"
+    )
+    if not same:
+        raise RuntimeError("ours+bias and Marian do not have the same trainable parameters: fix marian_config_like.")
+    print(
+        "  remaining differences: Marian always has biases in W_Q/W_K/W_V/W_O (ours only with attention_bias=True); "
+        "Marian's sinusoids are not interleaved (all sines, then all cosines: a frozen table, the 'frozen' column; "
+        "here it is overwritten with ours for the equivalence check, which changes values, not work); Marian adds "
+        "final_logits_bias (a zero buffer) to the logits; ours takes the loss on float32 logits, Marian in the "
+        "model dtype (the same in float32); Marian builds its masks with transformers.masking_utils, ours by hand; "
+        "ours validates token ids and masks at every call."
+    )
+
+
+@torch.no_grad()
+def check_equivalence(ours_bias, marian, batch: dict, gen_batch: dict, gen_config: GenerationConfig) -> None:
+    """With copied weights and positional table, ours+bias and Marian must be the same function: same logits, same
+    beam-search output. Otherwise the timings would compare different computations."""
+    for model in (ours_bias, marian):
+        model.eval()
+    logits_ours = ours_bias(**batch).logits.float()
+    logits_marian = marian(**batch).logits.float()
+    diff = (logits_ours - logits_marian).abs().max().item()
+    scale = logits_marian.abs().max().item()
+    gen_ours = ours_bias.generate(**_gen_inputs(gen_batch), generation_config=gen_config)
+    gen_marian = marian.generate(**_gen_inputs(gen_batch), generation_config=gen_config)
+    same_tokens = gen_ours.shape == gen_marian.shape and bool((gen_ours == gen_marian).all())
+    print(
+        f"  equivalence ours+bias vs marian (copied weights): max |logit diff| {diff:.2e} (max |logit| {scale:.1f}); "
+        f"generated tokens identical: {same_tokens}; output shape {tuple(gen_ours.shape)}"
+    )
+    tolerance = 1e-3 if next(ours_bias.parameters()).dtype == torch.float32 else 3e-2  # bfloat16: ~3 digits
+    if diff > tolerance * max(scale, 1.0):
+        raise RuntimeError("ours+bias and Marian compute different logits: the architectures do not match.")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The two timed operations.
+# ----------------------------------------------------------------------------------------------------------------
+
+
+CLOCKS = ("wall", "cpu")
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _gen_inputs(batch: dict) -> dict:
+    return dict(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
+
+
+def train_step(model, batch: dict) -> None:
+    """Forward with labels (loss = token-mean cross-entropy, the decoder input built from the labels inside the
+    model) and backward. No optimizer step: that is the same `torch.optim` code for both."""
+    loss = model(**batch).loss
+    loss.backward()
+    model.zero_grad(set_to_none=True)
+
+
+@torch.no_grad()
+def generate(model, batch: dict, gen_config: GenerationConfig) -> torch.Tensor:
+    return model.generate(**_gen_inputs(batch), generation_config=gen_config)
+
+
+def timed(fn, device: torch.device) -> dict[str, float]:
+    """Wall time, and the CPU time of this process (all its threads). On a shared machine the CPU time leaves out
+    the time the process waited for a core; with `--threads 1` it is the steadier figure."""
+    _sync(device)
+    wall, cpu = time.perf_counter(), time.process_time()
+    fn()
+    _sync(device)
+    return {"wall": time.perf_counter() - wall, "cpu": time.process_time() - cpu}
+
+
+def interleaved(models: dict, run, batches: list, reps: int, warmup: int, device: torch.device) -> dict:
+    """Warm up every model, then `reps` rounds in which every model runs once on the same batch; the order rotates
+    each round so that no model always runs first (caches, frequency scaling, neighbours' load).
+    Returns {clock: {model: [seconds per repetition]}}."""
+    names = list(models)
+    for i in range(warmup):
+        for name in names:
+            run(models[name], batches[i % len(batches)])
+    times = {clock: {name: [] for name in names} for clock in CLOCKS}
+    for rep in range(reps):
+        batch = batches[rep % len(batches)]
+        shift = rep % len(names)
+        for name in names[shift:] + names[:shift]:
+            for clock, seconds in timed(lambda: run(models[name], batch), device).items():
+                times[clock][name].append(seconds)
+    return times
+
+
+def summarize(times: dict, baseline: str = "marian") -> dict:
+    out = {}
+    for name, values in times.items():
+        q1, median, q3 = _quartiles(values)
+        paired = [v / b for v, b in zip(values, times[baseline])]
+        out[name] = dict(
+            median=median,
+            iqr=q3 - q1,
+            ratio=median / statistics.median(times[baseline]),
+            paired=statistics.median(paired),
+            # Load from other processes only ever adds time: the fastest repetition is the least disturbed one.
+            best=min(values) / min(times[baseline]),
+        )
+    return out
+
+
+def _quartiles(values: list[float]) -> tuple[float, float, float]:
+    if len(values) < 2:
+        return values[0], values[0], values[0]
+    q1, q2, q3 = statistics.quantiles(values, n=4, method="inclusive")
+    return q1, q2, q3
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Where the time goes: torch.profiler with one label per kind of module.
+# ----------------------------------------------------------------------------------------------------------------
+
+PROJECTIONS = ("q_proj", "k_proj", "v_proj", "out_proj")
+
+
+def module_category(name: str) -> str | None:
+    """Category of a module by its qualified name; works for both models (Marian's FFN is fc1/fc2 directly in the
+    layer, ours is an `ffn` sub-module). Inner labels win over outer ones."""
+    last = name.rsplit(".", 1)[-1]
+    if last in PROJECTIONS:
+        return "attention: Q/K/V/O projections"
+    if last in ("self_attn", "encoder_attn"):
+        return "attention: QK^T, softmax, xV (sdpa), reshapes"
+    if last in ("ffn", "fc1", "fc2"):
+        return "FFN (fc1, ReLU, fc2)"
+    if last.endswith("layer_norm"):
+        return "LayerNorm"
+    if last in ("shared", "embed_tokens"):
+        return "embedding lookup"
+    if last == "embed_positions":
+        return "stack: positions, scaling, masks, dropout"
+    if last == "lm_head":
+        return "output projection (tied embedding)"
+    if last.isdigit() and ".layers." in f".{name}":
+        return "layer: residual adds + dropout"
+    if last in ("encoder", "decoder"):
+        return "stack: positions, scaling, masks, dropout"
+    if name == "":
+        return "top level: label shift, loss, logits bias"
+    return None
+
+
+class Labeller:
+    """Forward hooks that open a `record_function` range per labelled module, plus, while profiling, ranges around
+    the KV-cache updates / beam reordering and the logits processors (patched on the classes, restored on exit)."""
+
+    def __init__(self, model: torch.nn.Module):
+        self.model = model
+        self.handles = []
+        self.patched = []
+
+    def __enter__(self):
+        for name, module in self.model.named_modules():
+            category = module_category(name)
+            if category is None:
+                continue
+            self.handles.append(module.register_forward_pre_hook(self._enter(f"cat::{category}")))
+            self.handles.append(module.register_forward_hook(self._exit))
+        from transformers.cache_utils import DynamicLayer
+        from transformers.generation.logits_process import LogitsProcessorList
+
+        self._patch(DynamicLayer, "update", "cat::KV cache: append")
+        self._patch(DynamicLayer, "reorder_cache", "cat::KV cache: beam reorder")
+        self._patch(LogitsProcessorList, "__call__", "cat::generation: logits processors")
+        return self
+
+    def __exit__(self, *exc):
+        for handle in self.handles:
+            handle.remove()
+        for cls, attr, original, own in self.patched:
+            if own:
+                setattr(cls, attr, original)
+            else:
+                delattr(cls, attr)
+
+    @staticmethod
+    def _enter(label):
+        def hook(module, args):
+            ranges = module.__dict__.setdefault("_bench_ranges", [])
+            ctx = record_function(label)
+            ctx.__enter__()
+            ranges.append(ctx)
+
+        return hook
+
+    @staticmethod
+    def _exit(module, args, output):
+        module.__dict__["_bench_ranges"].pop().__exit__(None, None, None)
+
+    def _patch(self, cls, attr, label):
+        original = getattr(cls, attr)
+        own = attr in cls.__dict__
+
+        def wrapper(*args, **kwargs):
+            with record_function(label):
+                return original(*args, **kwargs)
+
+        self.patched.append((cls, attr, original, own))
+        setattr(cls, attr, wrapper)
+
+
+def _category_of(event) -> str:
+    node = event
+    while node is not None:
+        if node.name.startswith("cat::"):
+            return node.name[5:]
+        node = node.cpu_parent
+    return "unlabelled"
+
+
+def categorize(events) -> tuple[dict[str, float], dict[str, int], float]:
+    """Seconds and operator calls per category, and the Python time.
+
+    Forward: every event's self time goes to its innermost label; a label's own self time is the Python that ran
+    inside it between operators. Backward: each autograd node (`evaluate_function: XBackward`) is charged, with
+    everything below it, to the label of the forward op that created it, found through the op's sequence number.
+    Operator calls: aten ops called from Python or autograd, not those called by other ops; on a CPU each costs
+    microseconds of dispatch whatever its size, so for small tensors the count matters as much as the FLOPs."""
+    forward_category = {}
+    for event in events:
+        if event.sequence_nr >= 0 and not event.name.startswith("autograd::engine"):
+            forward_category.setdefault((event.fwd_thread or event.thread, event.sequence_nr), _category_of(event))
+    seconds, ops, python = defaultdict(float), defaultdict(int), 0.0
+    for event in events:
+        # The outermost autograd node and the outermost aten op this event sits in (on CPU the backward runs in
+        # the calling thread, below the caller's labels: look for the node, not for the root).
+        node, autograd_node, aten_parent = event.cpu_parent, None, None
+        while node is not None:
+            if node.name.startswith("autograd::engine::evaluate_function"):
+                autograd_node = node
+            elif node.name.startswith("aten::"):
+                aten_parent = node
+            node = node.cpu_parent
+        if event.name.startswith("autograd::engine::evaluate_function") and autograd_node is None:
+            autograd_node = event
+        if autograd_node is not None:
+            if "AccumulateGrad" in autograd_node.name:
+                category = "backward: gradient accumulation"
+            else:
+                key = (autograd_node.fwd_thread or autograd_node.thread, autograd_node.sequence_nr)
+                category = "backward of " + forward_category.get(key, "unlabelled")
+            if event is autograd_node:
+                seconds[category] += event.cpu_time_total / 1e6
+        else:
+            category = _category_of(event)
+            seconds[category] += event.self_cpu_time_total / 1e6
+            if event.name.startswith("cat::"):
+                python += event.self_cpu_time_total / 1e6
+        if event.name.startswith("aten::") and aten_parent is None:
+            ops[category] += 1
+    return seconds, ops, python
+
+
+def merge_backward(totals: dict) -> dict:
+    """Forward and backward of the same module kind added up (the table shows both in one line)."""
+    merged = defaultdict(type(next(iter(totals.values()), 0)))
+    for key, value in totals.items():
+        merged[key.removeprefix("backward of ")] += value
+    return merged
+
+
+def profile_once(model, fn, top_ops: int, outer: str) -> dict:
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU]
+    if torch.cuda.is_available():
+        activities.append(ProfilerActivity.CUDA)
+    with Labeller(model):
+        fn()  # once outside the profiler, so that lazy initialisation is not profiled
+        with profile(activities=activities) as prof:
+            start = time.perf_counter()
+            with record_function(f"cat::{outer}"):
+                fn()
+            wall = time.perf_counter() - start
+    events = prof.events()
+    seconds, ops, python = categorize(events)
+    # `.item()`, `bool(tensor)`, `int(tensor)`: each waits for the device on CUDA (free on CPU, costly on a GPU).
+    reads = sum(event.name == "aten::_local_scalar_dense" for event in events)
+    table = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=top_ops, max_name_column_width=48)
+    return dict(seconds=seconds, ops=ops, python=python, wall=wall, table=table, reads=reads)
+
+
+def print_profile(title: str, results: dict, show_ops: bool) -> None:
+    print(
+        f"\n  where the time goes -- {title} (torch.profiler, one call each; wall-clock per op, so load on the "
+        f"machine lands on whatever op was running: read shares and op counts, not single milliseconds)"
+    )
+    names = list(results)
+    seconds = {name: merge_backward(results[name]["seconds"]) for name in names}
+    ops = {name: merge_backward(results[name]["ops"]) for name in names}
+    keys = sorted(set().union(*[set(m) for m in seconds.values()]), key=lambda k: -seconds[names[0]].get(k, 0.0))
+    header = "".join(f"{name + ': ms    %   ops':>28s}" for name in names)
+    print(f"    {'category (forward + its backward)':52s}{header}")
+    for key in keys:
+        cells = ""
+        for name in names:
+            value = seconds[name].get(key, 0.0)
+            cells += f"{value * 1e3:>14.1f} {100 * value / results[name]['wall']:>5.1f}% {ops[name].get(key, 0):>6d}"
+        print(f"    {key[:52]:52s}{cells}")
+    cells = "".join(
+        f"{results[n]['wall'] * 1e3:>14.1f} {100.0:>5.1f}% {sum(results[n]['ops'].values()):>6d}" for n in names
+    )
+    print(f"    {'total (wall time under the profiler; op calls)':52s}{cells}")
+    cells = "".join(f"{results[n]['python'] * 1e3:>14.1f} {100 * results[n]['python'] / results[n]['wall']:>5.1f}%{'':7s}" for n in names)
+    print(f"    {'  of which Python between ops (in the rows above)':52s}{cells}")
+    backward = {n: sum(v for k, v in results[n]["seconds"].items() if k.startswith("backward")) for n in names}
+    if any(backward.values()):
+        cells = "".join(f"{backward[n] * 1e3:>14.1f} {100 * backward[n] / results[n]['wall']:>5.1f}%{'':7s}" for n in names)
+        print(f"    {'  of which backward (in the rows above)':52s}{cells}")
+    cells = "".join(f"{results[n]['reads']:>28d}" for n in names)
+    print(f"    {'scalar reads to the host (.item(), bool(t); GPU syncs)':52s}{cells}")
+    if show_ops:
+        for name in names:
+            print(f"\n    top ops by self CPU time -- {name}:")
+            print("\n".join("    " + line for line in results[name]["table"].splitlines()))
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Main.
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
+    parser.add_argument("--presets", default="small,base", help="comma-separated presets (small, base, big)")
+    parser.add_argument("--vocab-size", type=int, default=8000, help="shared BPE vocabulary (default 8000)")
+    parser.add_argument("--tokenizer-sentences", type=int, default=10000, help="training pairs the tokenizer learns from")
+    parser.add_argument("--threads", type=int, default=os.cpu_count(), help="torch.set_num_threads (default: all cores)")
+    parser.add_argument("--device", default="cpu", help="cpu (default) or cuda")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="bfloat16 on cuda only")
+    parser.add_argument("--train-batch", type=int, help="sentences per training batch (default per preset)")
+    parser.add_argument("--gen-batch", type=int, help="sentences per generation batch, x4 beams (default per preset)")
+    parser.add_argument("--new-tokens", type=int, help="tokens every beam generates (default per preset)")
+    parser.add_argument("--reps", type=int, help="timed repetitions per model (default per preset)")
+    parser.add_argument("--warmup", type=int, default=1, help="untimed runs per model before timing (default 1)")
+    parser.add_argument(
+        "--batches", type=int, default=1,
+        help="distinct batches, cycled over the repetitions (default 1: then the IQR is timing noise only,\n"
+        "not the spread of batch shapes)",
+    )
+    parser.add_argument("--profile", action="store_true", help="also print where the time goes (torch.profiler)")
+    parser.add_argument("--profile-ops", action="store_true", help="with --profile: also the top ops per model")
+    parser.add_argument("--skip-train", action="store_true", help="time generation only")
+    parser.add_argument("--skip-generate", action="store_true", help="time the training step only")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--data-dir", type=Path, default=DATA_DIR, help="directory with Multi30k *.en.gz / *.de.gz")
+    args = parser.parse_args(argv)
+
+    args.presets = [p.strip() for p in args.presets.split(",") if p.strip()]
+    for preset in args.presets:
+        if preset not in PRESET_DEFAULTS:
+            parser.error(f"--presets: unknown preset {preset!r}; choose from {sorted(PRESET_DEFAULTS)}.")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: no CUDA device is available here; use --device cpu.")
+    if args.device not in ("cpu", "cuda"):
+        parser.error(f"--device must be 'cpu' or 'cuda', got {args.device!r}.")
+    if args.dtype == "bfloat16" and args.device != "cuda":
+        parser.error("--dtype bfloat16 is only supported with --device cuda; use --dtype float32 on CPU.")
+    for field in ("threads", "vocab_size", "tokenizer_sentences", "train_batch", "gen_batch", "new_tokens", "reps", "batches"):
+        value = getattr(args, field)
+        if value is not None and value < 1:
+            parser.error(f"--{field.replace('_', '-')} must be a positive integer, got {value}.")
+    if args.warmup < 0:
+        parser.error(f"--warmup must be >= 0, got {args.warmup}.")
+    return args
+
+
+def print_results(results: dict) -> None:
+    columns = "".join(f"  {clock + ' median':>12s} {'IQR':>8s} {'ratio':>6s} {'paired':>6s} {'best':>6s}" for clock in CLOCKS)
+    print(f"\n  {'task':21s} {'model':10s}{columns}")
+    for task, per_clock in results.items():
+        for name in per_clock["wall"]:
+            cells = ""
+            for clock in CLOCKS:
+                s = per_clock[clock][name]
+                ratios = (s["ratio"], s["paired"], s["best"])
+                ratio = " ".join(f"{'-':>6s}" if name == "marian" else f"{r:>6.3f}" for r in ratios)
+                cells += f"  {s['median'] * 1e3:>10.1f}ms {s['iqr'] * 1e3:>6.1f}ms {ratio}"
+            print(f"  {task:21s} {name:10s}{cells}")
+    print(
+        "  ours / marian (< 1 = faster than Marian): ratio = of the medians; paired = median over repetitions of the "
+        "ratio within one round; best = of the fastest repetitions. ours+bias and marian compute the same function "
+        "with the same weights: their ratios' distance from 1 is the noise of this run."
+    )
+
+
+def bench_preset(preset: str, args, tokenizer, source: list[str], target: list[str], device, dtype) -> dict:
+    settings = {key: getattr(args, key) if getattr(args, key) is not None else value for key, value in PRESET_DEFAULTS[preset].items()}
+    n_batches = args.batches
+    train_batches = make_batches(tokenizer, source, target, settings["train_batch"], n_batches)
+    gen_batches = make_batches(tokenizer, source, target, settings["gen_batch"], n_batches)
+    to_device = lambda batch: {k: v.to(device) for k, v in batch.items()}  # noqa: E731
+    train_batches = [to_device(b) for b in train_batches]
+    gen_batches = [to_device(b) for b in gen_batches]
+    max_positions = max(512, max(b["input_ids"].shape[1] for b in train_batches + gen_batches) + settings["new_tokens"] + 2)
+
+    config, models = build_models(preset, len(tokenizer), max_positions, device, dtype, args.seed)
+    # Random models end their hypotheses at different, arbitrary steps, which would make the amount of work differ
+    # between models. min_new_tokens = max_new_tokens suppresses </s> until the last step, so every model runs
+    # exactly `new_tokens` decoder steps on 4 x batch rows: the same work, whatever the weights.
+    gen_config = GenerationConfig(
+        num_beams=4,
+        max_new_tokens=settings["new_tokens"],
+        min_new_tokens=settings["new_tokens"],
+        length_penalty=0.6,
+        early_stopping=True,
+        do_sample=False,
+        use_cache=True,
+        bos_token_id=config.bos_token_id,
+        eos_token_id=config.eos_token_id,
+        pad_token_id=config.pad_token_id,
+        decoder_start_token_id=config.decoder_start_token_id,
+    )
+
+    src_tokens = sum(int(b["attention_mask"].sum()) for b in train_batches) / len(train_batches)
+    tgt_tokens = sum(int((b["labels"] != -100).sum()) for b in train_batches) / len(train_batches)
+    print(
+        f"\n=== preset {preset}: d_model {config.d_model}, layers {config.encoder_layers}+{config.decoder_layers}, "
+        f"heads {config.encoder_attention_heads}, d_ff {config.encoder_ffn_dim}, dropout {config.dropout}, "
+        f"vocab {config.vocab_size}"
+    )
+    print(
+        f"  train batch: {settings['train_batch']} sentences (padded shapes "
+        f"{', '.join(str(tuple(b['input_ids'].shape)) + '->' + str(tuple(b['labels'].shape)) for b in train_batches)}; "
+        f"avg {src_tokens:.0f} source / {tgt_tokens:.0f} target tokens)"
+    )
+    print(
+        f"  generation: {settings['gen_batch']} sentences x 4 beams, exactly {settings['new_tokens']} new tokens "
+        f"(min_new_tokens = max_new_tokens), length_penalty 0.6, KV cache; {len(gen_batches)} batch(es) cycled"
+    )
+    print(f"  repetitions: {settings['reps']} timed (+{args.warmup} warm-up) per model and task, interleaved")
+    print_differences(config, models)
+    check_equivalence(models["ours+bias"], models["marian"], train_batches[0], gen_batches[0], gen_config)
+
+    results = {}
+    if not args.skip_train:
+        for model in models.values():
+            model.train()  # the preset's dropout in both
+        times = interleaved(models, train_step, train_batches, settings["reps"], args.warmup, device)
+        results["train step (fwd+bwd)"] = {clock: summarize(times[clock]) for clock in CLOCKS}
+    if not args.skip_generate:
+        for model in models.values():
+            model.eval()
+        run = lambda model, batch: generate(model, batch, gen_config)  # noqa: E731
+        times = interleaved(models, run, gen_batches, settings["reps"], args.warmup, device)
+        results["beam-4 generation"] = {clock: summarize(times[clock]) for clock in CLOCKS}
+
+    print_results(results)
+    if "train step (fwd+bwd)" in results:
+        median = results["train step (fwd+bwd)"]["wall"]["ours"]["median"]
+        print(f"  ours: {tgt_tokens / median:,.0f} target tokens/s in training (wall; fwd+bwd, no optimizer)")
+
+    if args.profile:
+        profiled = {name: models[name] for name in ("ours", "marian")}
+        if not args.skip_train:
+            for model in profiled.values():
+                model.train()
+            per_model = {
+                name: profile_once(model, lambda m=model: train_step(m, train_batches[0]), 20, "outside the model (zero_grad)")
+                for name, model in profiled.items()
+            }
+            print_profile(f"{preset}, train step", per_model, args.profile_ops)
+        if not args.skip_generate:
+            for model in profiled.values():
+                model.eval()
+            per_model = {
+                name: profile_once(model, lambda m=model: generate(m, gen_batches[0], gen_config), 20,
+                                    "generation: beam search loop, stopping, bookkeeping")
+                for name, model in profiled.items()
+            }
+            print_profile(f"{preset}, beam-4 generation", per_model, args.profile_ops)
+    return results
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+    transformers.logging.set_verbosity_error()
+    torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
+    dtype = getattr(torch, args.dtype)
+
+    print(
+        f"bench_vs_marian: torch {torch.__version__}, transformers {transformers.__version__}, python "
+        f"{platform.python_version()}, device {args.device}"
+        + (f" ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else f" ({platform.processor() or platform.machine()})")
+        + f", dtype {args.dtype}, threads {torch.get_num_threads()} of {os.cpu_count()} cores"
+    )
+    if device.type == "cpu":
+        try:
+            load = os.getloadavg()[0]
+            print(f"  load average (1 min) at start: {load:.1f} on {os.cpu_count()} cores")
+            if load > os.cpu_count() - 0.5:
+                print(
+                    "  the machine is busy: other processes compete for the cores, so wall times are noisy; with "
+                    "several threads each parallel op also waits for its slowest thread. Trust the paired ratios, "
+                    "and for steadier figures run with --threads 1 and read the cpu columns."
+                )
+        except OSError:
+            pass
+    started = time.perf_counter()
+    tokenizer = build_tokenizer(args.data_dir, args.vocab_size, args.tokenizer_sentences)
+    source = read_lines(args.data_dir / "val.en.gz")
+    target = read_lines(args.data_dir / "val.de.gz")
+    print(f"  tokenizer: shared EN+DE BPE, {len(tokenizer)} tokens, trained on {args.tokenizer_sentences} Multi30k "
+          f"training pairs; batches from Multi30k val (EN->DE), unsorted (padded)")
+
+    all_results = {}
+    for preset in args.presets:
+        all_results[preset] = bench_preset(preset, args, tokenizer, source, target, device, dtype)
+
+    print("\nsummary: ours / marian, ratio of medians (paired, best); < 1 = ours faster")
+    for preset, results in all_results.items():
+        for task, per_clock in results.items():
+            cells = []
+            for clock in CLOCKS:
+                ours, control = per_clock[clock]["ours"], per_clock[clock]["ours+bias"]
+                cells.append(
+                    f"{clock}: ours {ours['ratio']:.3f} ({ours['paired']:.3f}, {ours['best']:.3f}), "
+                    f"ours+bias {control['ratio']:.3f} ({control['paired']:.3f}, {control['best']:.3f})"
+                )
+            print(f"  {preset:6s} {task:21s} " + "; ".join(cells))
+    print(f"total wall time {time.perf_counter() - started:.0f} s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,144 @@
+"""train.py end to end on real Multi30k data: it learns, it writes what it promises, and bad input stops it early."""
+
+import gzip
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+MULTI30K = ROOT.parent / "shared" / "data" / "multi30k"
+sys.path.insert(0, str(ROOT))
+
+import train  # noqa: E402
+
+from vanilla_transformer import VanillaTransformerForConditionalGeneration  # noqa: E402
+
+TINY_MODEL = ["--d_model", "64", "--layers", "2", "--heads", "4", "--ffn_dim", "256", "--vocab_size", "1000"]
+
+
+def _subset(tmp: Path, sizes: dict[str, int]) -> Path:
+    """A Multi30k-shaped directory with the first lines of each split (gzipped, as the real files)."""
+    tmp.mkdir(parents=True, exist_ok=True)
+    for split, n in sizes.items():
+        for lang in ("en", "de"):
+            with gzip.open(MULTI30K / f"{split}.{lang}.gz", "rt", encoding="utf-8") as f:
+                lines = [next(f) for _ in range(n)]
+            with gzip.open(tmp / f"{split}.{lang}.gz", "wt", encoding="utf-8") as f:
+                f.writelines(lines)
+    return tmp
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    return _subset(tmp_path_factory.mktemp("multi30k"), {"train": 3000, "val": 100, "test_2016_flickr": 20})
+
+
+def _args(data_dir, out, *extra):
+    return [
+        "--dataset", str(data_dir), "--output_dir", str(out), *TINY_MODEL,
+        "--max_tokens", "1024", "--warmup_steps", "40", "--lr_factor", "2.0", "--dropout", "0.1",
+        "--logging_steps", "10", "--report_to", "none", "--seed", "3", "--dataloader_num_workers", "0", *extra,
+    ]
+
+
+def test_short_training_run_lowers_validation_loss_and_writes_a_loadable_model(data_dir, tmp_path):
+    out = tmp_path / "run"
+    results = train.main(_args(
+        data_dir, out, "--max_steps", "120", "--eval_strategy", "steps", "--eval_steps", "120", "--eval_on_start",
+        "--save_steps", "40", "--average_last", "2", "--predict_with_generate", "false",
+        "--metric_for_best_model", "loss", "--test_batch_size", "10",
+    ))
+    evals = [h for h in json.loads((out / "trainer_state.json").read_text())["log_history"] if "eval_loss" in h]
+    first, last = evals[0], evals[-1]
+    assert first["step"] == 0 and last["step"] == 120
+    # An untrained 1000-token model is near ln(1000) = 6.9 nats; 120 updates on 3000 real pairs must get far below.
+    assert last["eval_nll_loss"] < first["eval_nll_loss"] - 1.5, (first, last)
+    assert last["eval_ppl"] < first["eval_ppl"] / 4
+
+    # What the run promises: model + tokenizer ready for from_pretrained, averaged model, results, plots.
+    model = VanillaTransformerForConditionalGeneration.from_pretrained(out)
+    assert model.config.vocab_size == results["training"]["hyperparameters"]["vocab_size"]
+    assert (out / "tokenizer.json").is_file() and (out / "generation_config.json").is_file()
+    assert results["bleu"]["test"]["sentences"] == 20 and "tok:13a" in results["bleu"]["test"]["signature"]
+    assert results["checkpoint_averaging"]["k"] == 2 and (out / "averaged" / "model.safetensors").is_file()
+    assert "test_averaged" in results["bleu"]
+    assert json.loads((out / "results.json").read_text())["bleu"]["test"]["score"] == results["bleu"]["test"]["score"]
+    assert set(results["plots"]) >= {"loss.png", "learning_rate.png"}
+    assert len((out / "test_2016_flickr.hyp.de").read_text().splitlines()) == 20
+
+
+@pytest.mark.parametrize(
+    "change, match",
+    [
+        (["--preset", "huge"], "preset 'huge' does not exist"),
+        (["--config", "configs/no_such_preset.json"], "does not exist"),
+        (["--tgt_lang", "xx"], "xx"),
+        (["--dataset", "/nonexistent/corpus"], "does not exist"),
+        (["--max_length", "5000"], "max_tokens"),
+    ],
+)
+def test_bad_arguments_fail_before_training(data_dir, tmp_path, change, match):
+    with pytest.raises(ValueError, match=match):
+        train.main(_args(data_dir, tmp_path / "run", "--max_steps", "1", *change))
+    assert not list((tmp_path / "run").glob("checkpoint-*"))
+
+
+def test_bad_data_files_fail_before_training(data_dir, tmp_path):
+    broken = tmp_path / "broken"
+    shutil.copytree(data_dir, broken)
+    with gzip.open(broken / "train.de.gz", "wt") as f:  # one line fewer than train.en
+        f.writelines(["x\n"] * 2999)
+    with pytest.raises(ValueError, match="3000.*2999|2999.*3000"):
+        train.main(_args(broken, tmp_path / "run", "--max_steps", "1"))
+    with gzip.open(broken / "train.de.gz", "wt") as f:
+        f.write("")
+    with pytest.raises(ValueError, match="empty"):
+        train.main(_args(broken, tmp_path / "run", "--max_steps", "1"))
+
+
+def test_tokenizer_that_does_not_fit_the_model_fails_before_training(data_dir, tmp_path):
+    from vanilla_transformer import VanillaTransformerConfig
+    from vanilla_transformer.tokenization import train_tokenizer
+
+    tokenizer = train_tokenizer(["ein Hund läuft", "a dog runs"] * 50, vocab_size=300)
+    tokenizer.save_pretrained(tmp_path / "tok")
+    config = VanillaTransformerConfig(vocab_size=999, d_model=32, encoder_layers=1, decoder_layers=1,
+                                      encoder_attention_heads=2, decoder_attention_heads=2,
+                                      encoder_ffn_dim=32, decoder_ffn_dim=32)
+    VanillaTransformerForConditionalGeneration(config).save_pretrained(tmp_path / "model")
+    with pytest.raises(ValueError, match="vocab"):
+        train.main(_args(data_dir, tmp_path / "run", "--max_steps", "1", "--tokenizer", str(tmp_path / "tok"),
+                         "--init_from", str(tmp_path / "model")))
+
+
+def _step_losses(run_dir: Path) -> list[float]:
+    history = json.loads((run_dir / "trainer_state.json").read_text())["log_history"]
+    return [h["loss"] for h in history if "loss" in h and "step" in h]
+
+
+@pytest.mark.slow
+def test_accelerate_launch_two_processes_matches_one_process(data_dir, tmp_path):
+    """`accelerate launch --cpu --num_processes 2` (gloo): each process takes its own token batch, so one update sees two
+    batches; one process accumulating two batches sees the same two. Without dropout the per-step losses agree."""
+    common = ["--max_steps", "6", "--logging_steps", "1", "--dropout", "0.0", "--eval_strategy", "no",
+              "--save_strategy", "no", "--test_split", "", "--plots", "false", "--warmup_steps", "4"]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    single = tmp_path / "single"
+    subprocess.run([sys.executable, "train.py", *_args(data_dir, single, *common, "--gradient_accumulation_steps", "2")],
+                   cwd=ROOT, env=env, check=True, timeout=600, capture_output=True)
+    double = tmp_path / "double"
+    tok = ["--tokenizer", str(single / "tokenizer")]  # the same tokenizer for both runs
+    launcher = [sys.executable, "-m", "accelerate.commands.launch", "--cpu", "--num_processes", "2",
+                "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no"]
+    result = subprocess.run([*launcher, "train.py", *_args(data_dir, double, *common, *tok)],
+                            cwd=ROOT, env=env, timeout=600, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-3000:]
+    one, two = _step_losses(single), _step_losses(double)
+    assert len(one) == len(two) == 6
+    assert torch.allclose(torch.tensor(one), torch.tensor(two), rtol=1e-4, atol=1e-4), (one, two)
