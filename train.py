@@ -38,6 +38,7 @@ from vanilla_transformer import PRESETS, VanillaTransformerConfig, VanillaTransf
 from vanilla_transformer.averaging import average_checkpoints, last_checkpoints
 from vanilla_transformer.data import load_parallel_corpus, tokenize_corpus
 from vanilla_transformer.metrics import compute_bleu
+from vanilla_transformer.model_card import write_model_card
 from vanilla_transformer.tokenization import check_tokenizer_fits_model, load_tokenizer, train_tokenizer
 from vanilla_transformer.trainer import VanillaTrainingArguments, VanillaTransformerTrainer
 from vanilla_transformer.translate import translate
@@ -139,6 +140,9 @@ def parse_args(argv: list[str] | None = None):
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = HfArgumentParser(PARSER_CLASSES, description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", default=None, help="JSON file of options (a preset in configs/); CLI options win.")
+    # Without an accelerator, say so to the Trainer: only then does it set up gloo data parallelism across the
+    # processes of `accelerate launch --multi_gpu` / `torchrun` (otherwise each CPU process trains alone).
+    parser.set_defaults(use_cpu=torch.accelerator.current_accelerator() is None)
     known = {a.dest for a in parser._actions}
     config_path = None
     if "--config" in argv:
@@ -262,9 +266,12 @@ def main(argv: list[str] | None = None) -> dict:
     out_dir.mkdir(parents=True, exist_ok=True)
     if training_args.push_to_hub:
         # A missing or invalid token, or a namespace the token cannot write to, fails here, before any training.
-        from vanilla_transformer.hub import check_hub_access
+        # The repo and the `--hub_revision` branch are created now: the Trainer pushes while training, and it
+        # never creates a branch itself.
+        from vanilla_transformer.hub import ensure_repo
 
-        check_hub_access(training_args.hub_model_id or out_dir.name, token=training_args.hub_token)
+        ensure_repo(training_args.hub_model_id or out_dir.name, private=bool(training_args.hub_private_repo),
+                    revision=training_args.hub_revision, token=training_args.hub_token)
 
     # 1. Data (checked before anything is trained: missing files, line counts, languages, splits).
     splits = {"train": data_args.train_split, "validation": data_args.validation_split}
@@ -335,7 +342,9 @@ def finish(trainer, tokenizer, raw, tokenized, model_args, data_args, tok_args, 
     results = {
         "src_lang": data_args.src_lang,
         "tgt_lang": data_args.tgt_lang,
-        "dataset": data_args.dataset,
+        # A local directory is named by its folder (e.g. "multi30k"); a Hub dataset also by its id (card metadata).
+        "dataset": {"name": Path(data_args.dataset).name, "path": data_args.dataset} if Path(data_args.dataset).exists()
+        else {"name": data_args.dataset, "hub_id": data_args.dataset},
         "splits": {"train": data_args.train_split, "validation": data_args.validation_split, "test": data_args.test_split},
         "preset": model_args.preset,
         "parameters": trainer.model.num_parameters(),
@@ -388,6 +397,9 @@ def finish(trainer, tokenizer, raw, tokenized, model_args, data_args, tok_args, 
         results["plots"] = plot_history(history, out_dir)
     (out_dir / "results.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
     logger.info("Results written to %s", out_dir / "results.json")
+    # The local card is the one the Hub gets (the Trainer's generic card is replaced); it needs test results.
+    if results["bleu"]:
+        write_model_card(out_dir, trainer.model.config, results, repo_id=args.hub_model_id)
     if args.push_to_hub:
         # The Trainer pushed checkpoints while training (hub_strategy); the final push carries the model card
         # (written from results.json), the plots and the remote code.

@@ -124,21 +124,29 @@ def _step_losses(run_dir: Path) -> list[float]:
 
 @pytest.mark.slow
 def test_accelerate_launch_two_processes_matches_one_process(data_dir, tmp_path):
-    """`accelerate launch --cpu --num_processes 2` (gloo): each process takes its own token batch, so one update sees two
-    batches; one process accumulating two batches sees the same two. Without dropout the per-step losses agree."""
+    """Two CPU processes (gloo) under `accelerate launch`: each process takes its own token batch, so one update sees two
+    batches; one process accumulating two batches sees the same two. Without dropout the per-step losses agree.
+
+    accelerate 1.15 starts a single process for `--cpu --num_processes 2` (its multi-CPU launch needs mpirun); its
+    `--multi_gpu` launcher (torchrun) on a machine without GPUs gives the two gloo processes, because train.py sets
+    `use_cpu` there. A small learning rate: Adam's first update is sign(gradient), which turns the rounding
+    difference between an all-reduce and a local sum into full-size steps of opposite sign for near-zero gradients."""
     common = ["--max_steps", "6", "--logging_steps", "1", "--dropout", "0.0", "--eval_strategy", "no",
-              "--save_strategy", "no", "--test_split", "", "--plots", "false", "--warmup_steps", "4"]
+              "--save_strategy", "no", "--test_split", "", "--plots", "false", "--warmup_steps", "4",
+              "--lr_factor", "0.05"]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
     single = tmp_path / "single"
     subprocess.run([sys.executable, "train.py", *_args(data_dir, single, *common, "--gradient_accumulation_steps", "2")],
                    cwd=ROOT, env=env, check=True, timeout=600, capture_output=True)
     double = tmp_path / "double"
     tok = ["--tokenizer", str(single / "tokenizer")]  # the same tokenizer for both runs
-    launcher = [sys.executable, "-m", "accelerate.commands.launch", "--cpu", "--num_processes", "2",
+    launcher = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
                 "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no"]
     result = subprocess.run([*launcher, "train.py", *_args(data_dir, double, *common, *tok)],
                             cwd=ROOT, env=env, timeout=600, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-3000:]
     one, two = _step_losses(single), _step_losses(double)
+    assert json.loads((double / "results.json").read_text())["training"]["world_size"] == 2  # really two processes
+    assert json.loads((single / "results.json").read_text())["training"]["world_size"] == 1
     assert len(one) == len(two) == 6
     assert torch.allclose(torch.tensor(one), torch.tensor(two), rtol=1e-4, atol=1e-4), (one, two)

@@ -311,7 +311,9 @@ def _check_token_ids(ids: torch.Tensor, vocab_size: int, name: str) -> None:
         )
 
 
-def _check_padding_mask(mask: torch.Tensor | None, batch: int, length: int, name: str) -> torch.Tensor | None:
+def _check_padding_mask(
+    mask: torch.Tensor | None, batch: int, length: int, name: str, validate: bool = True
+) -> torch.Tensor | None:
     """A user padding mask: [batch, length] of 1 (token) / 0 (padding). Returned as bool, or None when nothing is
     padded (so that sdpa can take its unmasked kernels)."""
     if mask is None:
@@ -322,7 +324,7 @@ def _check_padding_mask(mask: torch.Tensor | None, batch: int, length: int, name
             f"got {tuple(mask.shape)}."
         )
     mask = mask.bool() if mask.dtype == torch.bool else mask != 0
-    if not bool(mask.any(dim=-1).all()):
+    if validate and not bool(mask.any(dim=-1).all()):
         raise ValueError(f"`{name}` masks every position of some sequence: each sequence needs at least one token.")
     return None if bool(mask.all()) else mask
 
@@ -455,8 +457,15 @@ class VanillaTransformerDecoder(_PositionMixin, nn.Module):
     ) -> BaseModelOutputWithPastAndCrossAttentions | tuple:
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("Pass exactly one of `decoder_input_ids` and `decoder_inputs_embeds` to the decoder.")
+        if use_cache and past_key_values is None:
+            past_key_values = EncoderDecoderCache(DynamicCache(config=self.config), DynamicCache(config=self.config))
+        past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
+        # Inputs are validated on the first step; later decoding steps feed back the model's own tokens, and each
+        # check is a host sync on an accelerator.
+        first_step = past_length == 0
         if inputs_embeds is None:
-            _check_token_ids(input_ids, self.config.vocab_size, "decoder_input_ids")
+            if first_step:
+                _check_token_ids(input_ids, self.config.vocab_size, "decoder_input_ids")
             inputs_embeds = self.embed_tokens(input_ids)
         batch, length = inputs_embeds.shape[:2]
         if encoder_hidden_states is None:
@@ -468,13 +477,9 @@ class VanillaTransformerDecoder(_PositionMixin, nn.Module):
             )
         output_attentions, output_hidden_states = _output_flags(self.config, output_attentions, output_hidden_states)
 
-        if use_cache and past_key_values is None:
-            past_key_values = EncoderDecoderCache(DynamicCache(config=self.config), DynamicCache(config=self.config))
-        past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
-
         self_mask = self._self_attention_mask(attention_mask, batch, length, past_length, inputs_embeds.device)
         enc_padding = _check_padding_mask(
-            encoder_attention_mask, batch, encoder_hidden_states.shape[1], "attention_mask (encoder)"
+            encoder_attention_mask, batch, encoder_hidden_states.shape[1], "attention_mask (encoder)", validate=first_step
         )
         cross_mask = None if enc_padding is None else enc_padding[:, None, None, :]
 
