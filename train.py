@@ -333,28 +333,37 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 def finish(trainer, tokenizer, raw, tokenized, model_args, data_args, tok_args, run_args, train_result, train_seconds):
-    """Test BLEU of the final and of the averaged model, results.json, plots (main process only)."""
+    """Test BLEU of the final and of the averaged model, results.json and model cards, plots (main process only).
+
+    Each directory describes its own weights: `OUTPUT_DIR/results.json` and `README.md` the final model,
+    `OUTPUT_DIR/averaged/results.json` and `README.md` the average of the last K checkpoints (section 6.1)."""
     args = trainer.args
     out_dir = Path(args.output_dir)
-    history = trainer.state.log_history
     train_tokens = sum(int(n) for n in tokenized["train"]["tgt_len"]) + sum(int(n) for n in tokenized["train"]["src_len"])
     epochs = trainer.state.epoch or 0.0
-    results = {
+    config = trainer.model.config
+    local = Path(data_args.dataset).exists()
+    results = {  # the schema of vanilla_transformer.model_card
         "src_lang": data_args.src_lang,
         "tgt_lang": data_args.tgt_lang,
         # A local directory is named by its folder (e.g. "multi30k"); a Hub dataset also by its id (card metadata).
-        "dataset": {"name": Path(data_args.dataset).name, "path": data_args.dataset} if Path(data_args.dataset).exists()
-        else {"name": data_args.dataset, "hub_id": data_args.dataset},
-        "splits": {"train": data_args.train_split, "validation": data_args.validation_split, "test": data_args.test_split},
+        "dataset": {"name": Path(data_args.dataset).name if local else data_args.dataset,
+                    **({"path": data_args.dataset} if local else {"hub_id": data_args.dataset}),
+                    "train_pairs": len(tokenized["train"]),
+                    "splits": {"train": data_args.train_split, "validation": data_args.validation_split,
+                               "test": data_args.test_split}},
         "preset": model_args.preset,
-        "parameters": trainer.model.num_parameters(),
+        "num_parameters": trainer.model.num_parameters(),
+        "tokenizer": {"type": "BPE with byte fallback (shared source/target)", "vocab_size": len(tokenizer)},
+        "decoding": {"num_beams": trainer.model.generation_config.num_beams,
+                     "length_penalty": trainer.model.generation_config.length_penalty,
+                     "max_length": "source length + 50"},
         "bleu": {},
         "training": {
             "steps": trainer.state.global_step,
             "epochs": round(epochs, 3),
             "train_runtime_s": round(train_seconds, 1),
-            "train_pairs": len(tokenized["train"]),
-            # Source + target tokens processed per second of training (evaluation time included in the runtime).
+            # Source + target tokens (padding excluded) per second of training; evaluations are inside the runtime.
             "tokens_per_second": round(train_tokens * epochs / train_seconds, 1) if train_seconds else None,
             "hardware": f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPU cores, torch threads "
                         f"{torch.get_num_threads()}" + (f", {torch.cuda.get_device_name()}" if torch.cuda.is_available() else ""),
@@ -363,15 +372,16 @@ def finish(trainer, tokenizer, raw, tokenized, model_args, data_args, tok_args, 
             "hyperparameters": {
                 "max_tokens": args.max_tokens, "warmup_steps": args.warmup_steps, "lr_factor": args.lr_factor,
                 "label_smoothing": args.label_smoothing, "adam_betas": [args.adam_beta1, args.adam_beta2],
-                "adam_epsilon": args.adam_epsilon, "dropout": trainer.model.config.dropout,
+                "adam_epsilon": args.adam_epsilon, "dropout": config.dropout,
                 "gradient_accumulation_steps": args.gradient_accumulation_steps, "seed": args.seed,
-                "vocab_size": len(tokenizer),
             },
         },
+        "checkpoint_averaging": None,
         "best_checkpoint": trainer.state.best_model_checkpoint,
         "best_validation_bleu": trainer.state.best_metric,
         "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
     }
+    averaged_results = None
     if data_args.test_split:
         test = raw["test"]
         model = trainer.model
@@ -385,21 +395,23 @@ def finish(trainer, tokenizer, raw, tokenized, model_args, data_args, tok_args, 
             if k < run_args.average_last:
                 logger.warning("Only %d checkpoints in %s: averaging %d, not %d.", available, out_dir, k, run_args.average_last)
             checkpoints = last_checkpoints(str(out_dir), k)
-            averaged_dir = average_checkpoints(checkpoints, str(out_dir / "averaged"))
+            averaged_dir = Path(average_checkpoints(checkpoints, str(out_dir / "averaged")))
             tokenizer.save_pretrained(averaged_dir)
             averaged = VanillaTransformerForConditionalGeneration.from_pretrained(averaged_dir).to(model.device)
-            results["bleu"]["test_averaged"], hyps = test_bleu(averaged, tokenizer, test, run_args.test_batch_size)
-            results["bleu"]["test_averaged"]["split"] = data_args.test_split
-            results["checkpoint_averaging"] = {"k": len(checkpoints), "checkpoints": [Path(c).name for c in checkpoints]}
-            (out_dir / f"{data_args.test_split}.averaged.hyp.{data_args.tgt_lang}").write_text("\n".join(hyps) + "\n")
-            logger.info("Test BLEU (average of %d checkpoints): %s", len(checkpoints), results["bleu"]["test_averaged"])
+            bleu, hyps = test_bleu(averaged, tokenizer, test, run_args.test_batch_size)
+            bleu["split"] = data_args.test_split
+            averaged_results = {
+                **results, "bleu": {"test": bleu},
+                "checkpoint_averaging": {"num_checkpoints": len(checkpoints), "checkpoints": [Path(c).name for c in checkpoints]},
+            }
+            results["averaged_model"] = {"path": "averaged", "num_checkpoints": len(checkpoints), "bleu_test": bleu}
+            (averaged_dir / f"{data_args.test_split}.hyp.{data_args.tgt_lang}").write_text("\n".join(hyps) + "\n")
+            logger.info("Test BLEU (average of %d checkpoints): %s", len(checkpoints), bleu)
     if run_args.plots:
-        results["plots"] = plot_history(history, out_dir)
-    (out_dir / "results.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
-    logger.info("Results written to %s", out_dir / "results.json")
-    # The local card is the one the Hub gets (the Trainer's generic card is replaced); it needs test results.
-    if results["bleu"]:
-        write_model_card(out_dir, trainer.model.config, results, repo_id=args.hub_model_id)
+        results["plots"] = plot_history(trainer.state.log_history, out_dir)
+    write_results_and_card(out_dir, config, results, args.hub_model_id)
+    if averaged_results is not None:
+        write_results_and_card(out_dir / "averaged", config, averaged_results, None)
     if args.push_to_hub:
         # The Trainer pushed checkpoints while training (hub_strategy); the final push carries the model card
         # (written from results.json), the plots and the remote code.
@@ -410,6 +422,14 @@ def finish(trainer, tokenizer, raw, tokenized, model_args, data_args, tok_args, 
             revision=args.hub_revision, token=args.hub_token,
         )
     return results
+
+
+def write_results_and_card(directory: Path, config, results: dict, repo_id: str | None) -> None:
+    (directory / "results.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
+    logger.info("Results written to %s", directory / "results.json")
+    # The local card is the one the Hub gets (the Trainer's generic card is replaced); it needs test results.
+    if results["bleu"]:
+        write_model_card(directory, config, results, repo_id=repo_id)
 
 
 if __name__ == "__main__":

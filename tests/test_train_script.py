@@ -63,12 +63,20 @@ def test_short_training_run_lowers_validation_loss_and_writes_a_loadable_model(d
 
     # What the run promises: model + tokenizer ready for from_pretrained, averaged model, results, plots.
     model = VanillaTransformerForConditionalGeneration.from_pretrained(out)
-    assert model.config.vocab_size == results["training"]["hyperparameters"]["vocab_size"]
+    assert model.config.vocab_size == results["tokenizer"]["vocab_size"]
     assert (out / "tokenizer.json").is_file() and (out / "generation_config.json").is_file()
     assert results["bleu"]["test"]["sentences"] == 20 and "tok:13a" in results["bleu"]["test"]["signature"]
-    assert results["checkpoint_averaging"]["k"] == 2 and (out / "averaged" / "model.safetensors").is_file()
-    assert "test_averaged" in results["bleu"]
+    # Each directory's results and card describe its own weights: the final model, and the average of 2 checkpoints.
+    averaged = json.loads((out / "averaged" / "results.json").read_text())
+    assert averaged["checkpoint_averaging"]["num_checkpoints"] == 2 and (out / "averaged" / "model.safetensors").is_file()
+    assert averaged["checkpoint_averaging"]["checkpoints"] == ["checkpoint-80", "checkpoint-120"]
+    assert results["averaged_model"]["bleu_test"] == averaged["bleu"]["test"] and results["checkpoint_averaging"] is None
     assert json.loads((out / "results.json").read_text())["bleu"]["test"]["score"] == results["bleu"]["test"]["score"]
+    from huggingface_hub import ModelCard
+
+    card = ModelCard.load(out / "README.md")
+    assert card.data.eval_results[0].metric_value == results["bleu"]["test"]["score"]
+    assert ModelCard.load(out / "averaged" / "README.md").data.eval_results[0].metric_value == averaged["bleu"]["test"]["score"]
     assert set(results["plots"]) >= {"loss.png", "learning_rate.png"}
     assert len((out / "test_2016_flickr.hyp.de").read_text().splitlines()) == 20
 
