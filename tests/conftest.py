@@ -23,5 +23,17 @@ def hub(monkeypatch):
     return HUB
 
 
+@pytest.fixture(scope="session", autouse=True)
+def one_thread():
+    """One torch thread: the models here are tiny, and on a 2-core machine shared with other jobs two threads per
+    process were measured ~10x slower than one (thread oversubscription)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 def pytest_unconfigure(config):
     HUB.stop()

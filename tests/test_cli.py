@@ -2,43 +2,27 @@
 `model.generate` called directly on each sentence (same beams); order, empty lines and over-long lines; option
 errors; `--help`; routing of `average`."""
 
-import gzip
 import os
 import subprocess
 import sys
-from itertools import islice
 from pathlib import Path
 
 import pytest
 import torch
 
+from helpers import read_multi30k
 from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 from vanilla_transformer.cli import build_parser, main, read_lines
 from vanilla_transformer.tokenization import train_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
 MAX_LENGTH = 48  # the tokenizer's model_max_length: longer lines are truncated by translate
-
-
-def read_data(name, limit):
-    with gzip.open(DATA / name, "rt", encoding="utf-8") as handle:
-        return [line.rstrip("\n") for line in islice(handle, limit)]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    # Two cores shared by several jobs: two torch threads per process are ~10x slower than one here.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
     """A tiny model trained for 150 steps on 500 Multi30k pairs (EN->DE), saved with its tokenizer."""
-    src, tgt = read_data("train.en.gz", 500), read_data("train.de.gz", 500)
+    src, tgt = read_multi30k("train.en.gz", 500), read_multi30k("train.de.gz", 500)
     tokenizer = train_tokenizer(src + tgt, vocab_size=600, model_max_length=MAX_LENGTH)
     torch.manual_seed(0)
     config = VanillaTransformerConfig(
@@ -86,7 +70,7 @@ def expected(model, tokenizer, lines, **kwargs):
 @pytest.fixture(scope="module")
 def lines():
     """The first 20 sentences of the Multi30k 2016 test set, with empty and blank lines in between and at the end."""
-    test = read_data("test_2016_flickr.en.gz", 20)
+    test = read_multi30k("test_2016_flickr.en.gz", 20)
     return ["", *test[:5], "", *test[5:12], "", "   ", *test[12:], ""]
 
 
@@ -137,7 +121,7 @@ def test_progress_bar_only_on_a_terminal(checkpoint, lines, tmp_path, capsys, mo
 
 def test_overlong_line_is_truncated_with_a_warning_not_dropped(checkpoint, lines, tmp_path, caplog):
     path, model, tokenizer = checkpoint
-    long_line = " ".join(read_data("test_2016_flickr.en.gz", 30)[20:30])  # ten sentences: far over MAX_LENGTH
+    long_line = " ".join(read_multi30k("test_2016_flickr.en.gz", 30)[20:30])  # ten sentences: far over MAX_LENGTH
     n_tokens = len(tokenizer(long_line)["input_ids"])
     assert n_tokens > MAX_LENGTH
     source, target = tmp_path / "in.en", tmp_path / "out.de"

@@ -9,7 +9,6 @@ and computes the same numbers, and without it fails at once with a clear error; 
 BLEU is the run's. Errors before any upload: no token, wrong token, another user's namespace, offline client.
 """
 
-import gzip
 import hashlib
 import importlib
 import json
@@ -21,7 +20,6 @@ import sys
 import textwrap
 import time
 import uuid
-from itertools import islice
 from pathlib import Path
 
 import pytest
@@ -34,12 +32,12 @@ from safetensors.torch import save_file
 from transformers import AutoModel, AutoModelForSeq2SeqLM, AutoTokenizer
 
 from conftest import HUB
+from helpers import BLOCK_PACKAGE, read_multi30k
 from vanilla_transformer import VanillaTransformerForConditionalGeneration, VanillaTransformerModel
 from vanilla_transformer.cli import main as cli_main
 from vanilla_transformer.hub import DEFAULT_COMMIT_MESSAGE, check_hub_access, files_to_push, push_run
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
 TEST_SPLIT = "test_2016_flickr"
 STEPS, SAVE_STEPS = 150, 50
 
@@ -53,39 +51,8 @@ EXPECTED_FILES = {
 TRAINING_LEFTOVERS = ["checkpoint-50", "tokenizer", "training_args.bin", "trainer_state.json",
                       f"{TEST_SPLIT}.hyp.de"]
 
-BLOCK_PACKAGE = textwrap.dedent(
-    """
-    import importlib.abc, sys
-    class _Block(importlib.abc.MetaPathFinder):
-        def find_spec(self, name, path=None, target=None):
-            if name == "vanilla_transformer" or name.startswith("vanilla_transformer."):
-                raise ModuleNotFoundError(f"No module named {name!r} (blocked for this test)")
-    sys.meta_path.insert(0, _Block())
-    try:
-        import vanilla_transformer
-        raise SystemExit("vanilla_transformer is importable: the test would prove nothing")
-    except ModuleNotFoundError:
-        pass
-    """
-)
-
-
 def unique(name: str) -> str:
     return f"{name}-{uuid.uuid4().hex[:8]}"
-
-
-def read_data(name, start, stop):
-    with gzip.open(DATA / name, "rt", encoding="utf-8") as handle:
-        return [line.rstrip("\n") for line in islice(handle, start, stop)]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    # Two cores shared by several jobs: two torch threads per process are ~10x slower than one here.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")
@@ -120,7 +87,7 @@ def data_dir(tmp_path_factory):
     path = tmp_path_factory.mktemp("multi30k_subset")
     for split, size in (("train", 500), ("val", 20), (TEST_SPLIT, 20)):
         for lang in ("en", "de"):
-            (path / f"{split}.{lang}").write_text("\n".join(read_data(f"{split}.{lang}.gz", 0, size)) + "\n",
+            (path / f"{split}.{lang}").write_text("\n".join(read_multi30k(f"{split}.{lang}.gz", size)) + "\n",
                                                  encoding="utf-8")
     return path
 
@@ -143,8 +110,8 @@ def reference(run, tmp_path_factory):
     tokenizer = AutoTokenizer.from_pretrained(out)
     model = VanillaTransformerForConditionalGeneration.from_pretrained(out).eval()
     base = VanillaTransformerModel.from_pretrained(out).eval()
-    sources = read_data(f"{TEST_SPLIT}.en.gz", 0, 6)
-    targets = read_data(f"{TEST_SPLIT}.de.gz", 0, 6)
+    sources = read_multi30k(f"{TEST_SPLIT}.en.gz", 6)
+    targets = read_multi30k(f"{TEST_SPLIT}.de.gz", 6)
     batch = tokenizer(sources, padding=True, return_tensors="pt")
     decoder = tokenizer(text_target=targets, padding=True, return_tensors="pt")["input_ids"]
     with torch.no_grad():
@@ -232,7 +199,7 @@ def test_card_metadata_parses_and_its_bleu_is_the_runs(run):
     score = results["bleu"]["test"]["score"]
     # The run's BLEU, recomputed here from its hypotheses with sacreBLEU: not zero, so equality below means something.
     hypotheses = (out / f"{TEST_SPLIT}.hyp.de").read_text(encoding="utf-8").split("\n")[:-1]
-    references = read_data(f"{TEST_SPLIT}.de.gz", 0, 20)
+    references = read_multi30k(f"{TEST_SPLIT}.de.gz", 20)
     assert sacrebleu.corpus_bleu(hypotheses, [references]).score == pytest.approx(score, abs=1e-9) and score > 0
     assert json.loads((out / "results.json").read_text())["bleu"]["test"]["score"] == score
 
@@ -388,7 +355,7 @@ def test_translate_command_from_the_hub_on_a_private_branch(run, hub, tmp_path):
     assert api.list_repo_files(repo) == [".gitattributes"]  # main is untouched
     assert url.endswith(api.list_repo_commits(repo, revision="dev")[0].commit_id)
 
-    sources = read_data(f"{TEST_SPLIT}.en.gz", 0, 4)
+    sources = read_multi30k(f"{TEST_SPLIT}.en.gz", 4)
     (tmp_path / "in.en").write_text("\n".join(sources) + "\n", encoding="utf-8")
     status = cli_main(["translate", "--model", repo, "--revision", "dev", "--input", str(tmp_path / "in.en"),
                        "--output", str(tmp_path / "out.de"), "--beams", "1", "--device", "cpu"])

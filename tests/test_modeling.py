@@ -13,6 +13,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
+from helpers import BLOCK_PACKAGE
 from vanilla_transformer import (
     VanillaTransformerConfig,
     VanillaTransformerForConditionalGeneration,
@@ -362,23 +363,6 @@ def test_save_load_round_trip_bit_identical(tmp_path):
     kw = dict(input_ids=ids, attention_mask=mask, decoder_input_ids=ids)
     assert torch.equal(model(**kw).logits, reloaded(**kw).logits)
     assert torch.equal(model.generate(input_ids=ids, attention_mask=mask), reloaded.generate(input_ids=ids, attention_mask=mask))
-
-
-BLOCK_PACKAGE = textwrap.dedent(
-    """
-    import importlib.abc, sys
-    class _Block(importlib.abc.MetaPathFinder):
-        def find_spec(self, name, path=None, target=None):
-            if name == "vanilla_transformer" or name.startswith("vanilla_transformer."):
-                raise ModuleNotFoundError(f"No module named {name!r} (blocked for this test)")
-    sys.meta_path.insert(0, _Block())
-    try:
-        import vanilla_transformer
-        raise SystemExit("vanilla_transformer is importable: the test would prove nothing")
-    except ModuleNotFoundError:
-        pass
-    """
-)
 
 
 def test_remote_code_load_in_a_process_without_the_package(tmp_path):

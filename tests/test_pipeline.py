@@ -3,13 +3,11 @@ list inputs, batching with the tokenizer's pad id, generation kwargs, truncation
 `pipeline("translation", model=<checkpoint>, trust_remote_code=True)` in a process without this package."""
 
 import copy
-import gzip
 import json
 import os
 import subprocess
 import sys
 import textwrap
-from itertools import islice
 from pathlib import Path
 
 import pytest
@@ -18,17 +16,12 @@ from transformers import AutoModelForSeq2SeqLM, pipeline
 from transformers.dynamic_module_utils import get_imports, get_relative_imports
 from transformers.pipelines import clean_custom_task
 
+from helpers import BLOCK_PACKAGE, read_multi30k
 from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 from vanilla_transformer import pipeline_vanilla_transformer
 from vanilla_transformer.pipeline_vanilla_transformer import CUSTOM_PIPELINES, TranslationPipeline
 from vanilla_transformer.tokenization import train_tokenizer
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
-
-
-def read_lines(name, limit=None):
-    with gzip.open(DATA / name, "rt", encoding="utf-8") as handle:
-        return [line.rstrip("\n") for line in islice(handle, limit)]
 
 
 # Three real sentences of different lengths, so that a batch of them needs padding.
@@ -41,7 +34,7 @@ SOURCES = [
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    return train_tokenizer(read_lines("train.en.gz", 1000) + read_lines("train.de.gz", 1000), vocab_size=1000)
+    return train_tokenizer(read_multi30k("train.en.gz", 1000) + read_multi30k("train.de.gz", 1000), vocab_size=1000)
 
 
 def tiny_model(tokenizer, seed=0):
@@ -217,23 +210,6 @@ def test_pipeline_file_imports_only_torch_and_transformers():
     path = pipeline_vanilla_transformer.__file__
     assert set(get_imports(path)) <= {"torch", "transformers"}
     assert get_relative_imports(path) == []
-
-
-BLOCK_PACKAGE = textwrap.dedent(
-    """
-    import importlib.abc, sys
-    class _Block(importlib.abc.MetaPathFinder):
-        def find_spec(self, name, path=None, target=None):
-            if name == "vanilla_transformer" or name.startswith("vanilla_transformer."):
-                raise ModuleNotFoundError(f"No module named {name!r} (blocked for this test)")
-    sys.meta_path.insert(0, _Block())
-    try:
-        import vanilla_transformer
-        raise SystemExit("vanilla_transformer is importable: the test would prove nothing")
-    except ModuleNotFoundError:
-        pass
-    """
-)
 
 
 def test_in_memory_model_with_pipeline_function(model, tokenizer):

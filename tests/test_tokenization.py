@@ -2,7 +2,6 @@
 round trips (umlauts, accents, quotes, numbers, spaces), byte fallback, saving and loading with
 `AutoTokenizer` in a process that cannot import this package, and the tokenizer/config check."""
 
-import gzip
 import json
 import logging
 import os
@@ -10,11 +9,11 @@ import subprocess
 import sys
 import textwrap
 import unicodedata
-from itertools import islice
 from pathlib import Path
 
 import pytest
 
+from helpers import BLOCK_PACKAGE, read_multi30k
 from vanilla_transformer import VanillaTransformerConfig
 from vanilla_transformer.tokenization import (
     SPECIAL_TOKENS,
@@ -23,19 +22,13 @@ from vanilla_transformer.tokenization import (
     train_tokenizer,
 )
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
 VOCAB_SIZE = 2000
-
-
-def read_lines(name, limit=None):
-    with gzip.open(DATA / name, "rt", encoding="utf-8") as handle:
-        return [line.rstrip("\n") for line in islice(handle, limit)]
 
 
 @pytest.fixture(scope="module")
 def tokenizer():
     # One shared vocabulary over source AND target text (section 5.1).
-    texts = read_lines("train.en.gz", 2000) + read_lines("train.de.gz", 2000)
+    texts = read_multi30k("train.en.gz", 2000) + read_multi30k("train.de.gz", 2000)
     return train_tokenizer(texts, vocab_size=VOCAB_SIZE)
 
 
@@ -43,7 +36,7 @@ def tokenizer():
 def held_out():
     """Validation sentences (not seen in training) in the three languages; French was not in the
     tokenizer's training text at all, so it exercises byte fallback."""
-    return read_lines("val.en.gz") + read_lines("val.de.gz") + read_lines("val.fr.gz")
+    return read_multi30k("val.en.gz") + read_multi30k("val.de.gz") + read_multi30k("val.fr.gz")
 
 
 # --- vocabulary and special tokens ---------------------------------------------------------------------------------
@@ -68,7 +61,7 @@ def test_vocabulary_has_the_requested_size_and_contiguous_ids(tokenizer):
 
 
 def test_too_small_corpus_gives_a_smaller_vocabulary_and_a_warning(caplog):
-    texts = read_lines("train.en.gz", 20)
+    texts = read_multi30k("train.en.gz", 20)
     with caplog.at_level(logging.WARNING, logger="vanilla_transformer.tokenization"):
         small = train_tokenizer(texts, vocab_size=8000)
     assert 260 < len(small) < 8000
@@ -161,23 +154,6 @@ def test_nfc_normalization(tokenizer):
 
 
 # --- saving and loading --------------------------------------------------------------------------------------------
-
-BLOCK_PACKAGE = textwrap.dedent(
-    """
-    import importlib.abc, sys
-    class _Block(importlib.abc.MetaPathFinder):
-        def find_spec(self, name, path=None, target=None):
-            if name == "vanilla_transformer" or name.startswith("vanilla_transformer."):
-                raise ModuleNotFoundError(f"No module named {name!r} (blocked for this test)")
-    sys.meta_path.insert(0, _Block())
-    try:
-        import vanilla_transformer
-        raise SystemExit("vanilla_transformer is importable: the test would prove nothing")
-    except ModuleNotFoundError:
-        pass
-    """
-)
-
 
 def test_save_and_load_with_autotokenizer_in_a_process_without_the_package(tokenizer, held_out, tmp_path):
     save_dir = tmp_path / "tok"

@@ -1,0 +1,34 @@
+"""What several test modules share: the real data, and a prelude for subprocesses that must not see this package."""
+
+import gzip
+import textwrap
+from itertools import islice
+from pathlib import Path
+
+# ../shared/data/multi30k beside the repository (never copied into it).
+MULTI30K = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
+
+
+def read_multi30k(name: str, stop: int | None = None, start: int = 0) -> list[str]:
+    """Lines `start:stop` of a Multi30k file such as "train.en.gz", without their line ends."""
+    with gzip.open(MULTI30K / name, "rt", encoding="utf-8") as handle:
+        return [line.rstrip("\n") for line in islice(handle, start, stop)]
+
+
+# Python code for the start of a subprocess script: `vanilla_transformer` cannot be imported there (a meta-path
+# finder refuses it, since an editable install would otherwise find it), and the script checks that it cannot.
+BLOCK_PACKAGE = textwrap.dedent(
+    """
+    import importlib.abc, sys
+    class _Block(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path=None, target=None):
+            if name == "vanilla_transformer" or name.startswith("vanilla_transformer."):
+                raise ModuleNotFoundError(f"No module named {name!r} (blocked for this test)")
+    sys.meta_path.insert(0, _Block())
+    try:
+        import vanilla_transformer
+        raise SystemExit("vanilla_transformer is importable: the test would prove nothing")
+    except ModuleNotFoundError:
+        pass
+    """
+)
