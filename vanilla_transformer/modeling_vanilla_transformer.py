@@ -329,7 +329,31 @@ def _check_padding_mask(
     return None if bool(mask.all()) else mask
 
 
-class _PositionMixin:
+class _Stack(nn.Module):
+    """What the encoder and decoder stacks share (section 3.1): the shared embedding scaled by sqrt(d_model)
+    (section 3.4), positions (section 3.5, or learned), N layers, and a final norm only for the pre-norm variant (the
+    paper's post-norm stack ends with a layer's own norm)."""
+
+    def __init__(self, config: VanillaTransformerConfig, embed_tokens: nn.Embedding, layer_class, num_layers: int):
+        super().__init__()
+        self.config = config
+        self.embed_tokens = embed_tokens
+        self.embed_scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
+        self.embed_positions = (
+            nn.Embedding(config.max_position_embeddings, config.d_model)
+            if config.position_embedding_type == "learned"
+            else None
+        )
+        self.layers = nn.ModuleList([layer_class(config, i) for i in range(num_layers)])
+        self.layer_norm = nn.LayerNorm(config.d_model) if config.normalize_before else None
+        self.gradient_checkpointing = False
+
+    def get_input_embeddings(self):
+        return self.embed_tokens
+
+    def set_input_embeddings(self, value):
+        self.embed_tokens = value
+
     def _add_positions(self, embeds: torch.Tensor, past_length: int) -> torch.Tensor:
         length = embeds.shape[1]
         positions = torch.arange(past_length, past_length + length, device=embeds.device)
@@ -347,29 +371,11 @@ class _PositionMixin:
         return embeds + pe.unsqueeze(0)
 
 
-class VanillaTransformerEncoder(_PositionMixin, nn.Module):
+class VanillaTransformerEncoder(_Stack):
     """Section 3.1: a stack of N identical encoder layers over the scaled, position-encoded embeddings."""
 
     def __init__(self, config: VanillaTransformerConfig, embed_tokens: nn.Embedding):
-        super().__init__()
-        self.config = config
-        self.embed_tokens = embed_tokens
-        self.embed_scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0  # section 3.4
-        self.embed_positions = (
-            nn.Embedding(config.max_position_embeddings, config.d_model)
-            if config.position_embedding_type == "learned"
-            else None
-        )
-        self.layers = nn.ModuleList([VanillaTransformerEncoderLayer(config, i) for i in range(config.encoder_layers)])
-        # Final norm only for the pre-norm variant; the paper's post-norm stack ends with a layer's own norm.
-        self.layer_norm = nn.LayerNorm(config.d_model) if config.normalize_before else None
-        self.gradient_checkpointing = False
-
-    def get_input_embeddings(self):
-        return self.embed_tokens
-
-    def set_input_embeddings(self, value):
-        self.embed_tokens = value
+        super().__init__(config, embed_tokens, VanillaTransformerEncoderLayer, config.encoder_layers)
 
     def forward(
         self,
@@ -417,29 +423,12 @@ class VanillaTransformerEncoder(_PositionMixin, nn.Module):
         return out if _return_dict(self.config, return_dict) else out.to_tuple()
 
 
-class VanillaTransformerDecoder(_PositionMixin, nn.Module):
+class VanillaTransformerDecoder(_Stack):
     """Section 3.1: a stack of N identical decoder layers; self-attention is causal (position i sees positions
     <= i), and cross-attention reads the final encoder output, the same for every layer."""
 
     def __init__(self, config: VanillaTransformerConfig, embed_tokens: nn.Embedding):
-        super().__init__()
-        self.config = config
-        self.embed_tokens = embed_tokens
-        self.embed_scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
-        self.embed_positions = (
-            nn.Embedding(config.max_position_embeddings, config.d_model)
-            if config.position_embedding_type == "learned"
-            else None
-        )
-        self.layers = nn.ModuleList([VanillaTransformerDecoderLayer(config, i) for i in range(config.decoder_layers)])
-        self.layer_norm = nn.LayerNorm(config.d_model) if config.normalize_before else None
-        self.gradient_checkpointing = False
-
-    def get_input_embeddings(self):
-        return self.embed_tokens
-
-    def set_input_embeddings(self, value):
-        self.embed_tokens = value
+        super().__init__(config, embed_tokens, VanillaTransformerDecoderLayer, config.decoder_layers)
 
     def forward(
         self,
