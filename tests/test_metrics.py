@@ -1,7 +1,5 @@
 """BLEU through the bundled `evaluate` module equals sacreBLEU's own, offline."""
 
-import gzip
-import itertools
 import socket
 from pathlib import Path
 
@@ -10,16 +8,12 @@ import pytest
 import sacrebleu
 from transformers import EvalPrediction
 
+from helpers import read_multi30k
 from vanilla_transformer import metrics
 from vanilla_transformer.metrics import compute_bleu, make_compute_metrics
 from vanilla_transformer.tokenization import train_tokenizer
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
-
-
-def read(name, n):
-    with gzip.open(DATA / name, "rt", encoding="utf-8") as f:
-        return [line.rstrip("\n") for line in itertools.islice(f, n)]
+read = read_multi30k  # read(name, n): the first n lines of a Multi30k file
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,6 @@
 """The paper's training recipe on the Trainer: optimizer, schedule, label-smoothed loss, token batches, BLEU
 evaluation, crash-safe checkpoints and exact resumption. Tiny models and 200 Multi30k pairs keep it fast."""
 
-import gzip
 import itertools
 import json
 import math
@@ -19,6 +18,7 @@ from accelerate.data_loader import prepare_data_loader, skip_first_batches
 from transformers import DataCollatorForSeq2Seq, TrainerCallback
 from transformers.trainer_utils import get_last_checkpoint
 
+from helpers import read_multi30k
 from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 from vanilla_transformer.data import TokenBatchSampler, tokenize_corpus
 from vanilla_transformer.metrics import compute_bleu
@@ -31,12 +31,7 @@ from vanilla_transformer.trainer import (
     label_smoothed_nll_loss,
 )
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
-
-
-def read(name, n):
-    with gzip.open(DATA / name, "rt", encoding="utf-8") as f:
-        return [line.rstrip("\n") for line in itertools.islice(f, n)]
+read = read_multi30k  # read(name, n): the first n lines of a Multi30k file
 
 
 @pytest.fixture(scope="module")
