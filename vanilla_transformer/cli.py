@@ -24,7 +24,6 @@ the model's generation config (section 6.1: beam 4, length penalty 0.6, at most 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import logging
 import sys
 from pathlib import Path
@@ -162,34 +161,10 @@ def cmd_translate(args) -> int:
         generate_kwargs["num_beams"] = args.beams
     if args.max_new_tokens is not None:
         generate_kwargs["max_new_tokens"] = args.max_new_tokens
-    with _line_numbers_in_warnings():
-        translations = translate(model, tokenizer, lines, batch_size=args.batch_size,
-                                 progress=sys.stderr.isatty(), **generate_kwargs)
+    translations = translate(model, tokenizer, lines, batch_size=args.batch_size,
+                             progress=sys.stderr.isatty(), **generate_kwargs)
     write_lines(args.output, translations)
     return 0
-
-
-class _LineNumbers(logging.Filter):
-    """Rewrites translate()'s warning about an over-long sentence (0-based index) to name the input line (from 1)."""
-
-    PREFIX = "Sentence %d has %d tokens"
-
-    def filter(self, record):
-        if isinstance(record.msg, str) and record.msg.startswith(self.PREFIX) and record.args:
-            record.msg = "Line %d has %d tokens" + record.msg[len(self.PREFIX):]
-            record.args = (record.args[0] + 1, *record.args[1:])
-        return True
-
-
-@contextlib.contextmanager
-def _line_numbers_in_warnings():
-    log = logging.getLogger("vanilla_transformer.translate")
-    line_numbers = _LineNumbers()
-    log.addFilter(line_numbers)
-    try:
-        yield
-    finally:
-        log.removeFilter(line_numbers)
 
 
 # ------------------------------------------------------------------------------------------------ push, average

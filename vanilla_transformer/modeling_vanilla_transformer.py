@@ -408,7 +408,7 @@ class VanillaTransformerEncoder(_Stack):
         for layer in self.layers:
             if output_hidden_states:
                 all_hidden += (hidden_states,)
-            hidden_states, weights = layer(hidden_states, mask, **_attn_kwargs(kwargs, output_attentions))
+            hidden_states, weights = layer(hidden_states, mask, **_attn_kwargs(output_attentions))
             if output_attentions:
                 all_attn += (weights,)
         if self.layer_norm is not None:
@@ -486,7 +486,7 @@ class VanillaTransformerDecoder(_Stack):
                 encoder_hidden_states,  # positional, for gradient checkpointing
                 encoder_attention_mask=cross_mask,
                 past_key_values=past_key_values,
-                **_attn_kwargs(kwargs, output_attentions),
+                **_attn_kwargs(output_attentions),
             )
             if output_attentions:
                 all_self += (self_w,)
@@ -546,9 +546,9 @@ def _output_flags(config, output_attentions, output_hidden_states):
     return bool(output_attentions), bool(output_hidden_states)
 
 
-def _attn_kwargs(kwargs: dict, output_attentions: bool) -> dict:
-    # Generation passes bookkeeping kwargs (e.g. `cache_position` for remote code); the attention functions only
-    # need to know whether weights are wanted.
+def _attn_kwargs(output_attentions: bool) -> dict:
+    # What the layers pass on to the attention functions: only whether weights are wanted (the bookkeeping kwargs
+    # that generation passes, e.g. `cache_position` for remote code, stop at the stacks).
     return {"output_attentions": output_attentions} if output_attentions else {}
 
 

@@ -40,7 +40,8 @@ def translate(
     Sentences are sorted by tokenized length so that a batch holds sentences of similar length (little
     padding); the output order is the input order. An empty (or all-whitespace) sentence gives an empty
     translation without calling the model. A sentence longer than the model takes (`source_limit`) is
-    truncated to that many tokens, with a warning naming its index: it is never dropped.
+    truncated to that many tokens (its last one kept `</s>`), with a warning naming its line (counting from 1, as
+    in the input file): it is never dropped.
     """
     if batch_size < 1:
         raise ValueError(f"`batch_size` must be at least 1, got {batch_size}.")
@@ -49,22 +50,21 @@ def translate(
     todo = [i for i, s in enumerate(sentences) if s.strip()]
     if not todo:
         return results
-    encoded = tokenizer([sentences[i] for i in todo], truncation=False)["input_ids"]
-    for i, ids in zip(todo, encoded):
+    encoded = {}
+    for i, ids in zip(todo, tokenizer([sentences[i] for i in todo])["input_ids"]):
         if len(ids) > limit:
             logger.warning(
-                "Sentence %d has %d tokens; the model takes %d: it is truncated to its first %d tokens.",
-                i, len(ids), limit, limit,
+                "Line %d has %d tokens; the model takes %d: it is truncated to its first %d tokens.",
+                i + 1, len(ids), limit, limit,
             )
-    lengths = {i: len(ids) for i, ids in zip(todo, encoded)}
-    order = sorted(todo, key=lambda i: -lengths[i])
+            ids = ids[: limit - 1] + ids[-1:]  # keep the closing </s>, as the tokenizer's own truncation does
+        encoded[i] = ids
+    order = sorted(todo, key=lambda i: -len(encoded[i]))
     model.eval()
     bar = tqdm(total=len(order), desc="translate", unit="sent", disable=not progress)
     for start in range(0, len(order), batch_size):
         chunk = order[start : start + batch_size]
-        batch = tokenizer(
-            [sentences[i] for i in chunk], truncation=True, max_length=limit, padding=True, return_tensors="pt"
-        ).to(model.device)
+        batch = tokenizer.pad({"input_ids": [encoded[i] for i in chunk]}, return_tensors="pt").to(model.device)
         out = model.generate(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], **generate_kwargs)
         for i, text in zip(chunk, tokenizer.batch_decode(out, skip_special_tokens=True)):
             results[i] = text.strip()
