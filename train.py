@@ -167,6 +167,11 @@ def parse_args(argv: list[str] | None = None):
     model_args, data_args, tok_args, run_args, training_args = parsed
     if model_args.preset not in PRESETS:
         raise ValueError(f"--preset {model_args.preset!r} does not exist: choose one of {sorted(PRESETS)}.")
+    if training_args.max_tokens is not None and data_args.max_length > training_args.max_tokens:
+        raise ValueError(
+            f"--max_length {data_args.max_length} exceeds --max_tokens {training_args.max_tokens}: a pair of that length "
+            f"would not fit in any batch; lower max_length or raise max_tokens."
+        )
     return model_args, data_args, tok_args, run_args, training_args
 
 
@@ -201,7 +206,9 @@ def get_tokenizer(tok_args: TokenizerArguments, raw, training_args) -> transform
     # main process and read back by the others, so that every process has the same one.
     tok_dir = Path(training_args.output_dir) / "tokenizer"
     with training_args.main_process_first(desc="training the tokenizer"):
-        if training_args.process_index == 0 and not (tok_dir / "tokenizer.json").is_file():
+        if (tok_dir / "tokenizer.json").is_file():
+            logger.info("Using the tokenizer of this run in %s (trained by the main process, or before a resume).", tok_dir)
+        elif training_args.process_index == 0:
             train = raw["train"]
             tokenizer = train_tokenizer(
                 itertools.chain(train["source"], train["target"]),
@@ -292,11 +299,6 @@ def main(argv: list[str] | None = None) -> dict:
     else:
         model = VanillaTransformerForConditionalGeneration(build_config(model_args, tokenizer))
     check_tokenizer_fits_model(tokenizer, model.config)
-    if training_args.max_tokens is not None and data_args.max_length > training_args.max_tokens:
-        raise ValueError(
-            f"--max_length {data_args.max_length} exceeds --max_tokens {training_args.max_tokens}: a pair of that length "
-            f"would not fit in any batch; lower max_length or raise max_tokens."
-        )
     logger.info("Model: %s preset, %s parameters, %s", model_args.preset, f"{model.num_parameters():,}", model.config.to_diff_dict())
 
     # 3. Token ids, filtered by length (training split only; validation pairs are never dropped silently).
@@ -327,12 +329,11 @@ def main(argv: list[str] | None = None) -> dict:
 
     results = {}
     if trainer.is_world_process_zero():
-        results = finish(trainer, tokenizer, raw, tokenized, model_args, data_args, tok_args, run_args, train_result,
-                         train_seconds)
+        results = finish(trainer, tokenizer, raw, tokenized, model_args, data_args, run_args, train_result, train_seconds)
     return results
 
 
-def finish(trainer, tokenizer, raw, tokenized, model_args, data_args, tok_args, run_args, train_result, train_seconds):
+def finish(trainer, tokenizer, raw, tokenized, model_args, data_args, run_args, train_result, train_seconds):
     """Test BLEU of the final and of the averaged model, results.json and model cards, plots (main process only).
 
     Each directory describes its own weights: `OUTPUT_DIR/results.json` and `README.md` the final model,
