@@ -1,6 +1,6 @@
 """Writes the Hub model card (README.md) of a trained model from its config and its run's results.
 
-The card is `model_cards/TEMPLATE.md`, a Jinja2 template rendered by `huggingface_hub.ModelCard.from_template`,
+The card is `model_card_template.md` (package data, beside this module), a Jinja2 template rendered by `huggingface_hub.ModelCard.from_template`,
 so the YAML metadata (languages, license, `library_name`, `pipeline_tag`, tags, datasets, metrics and the
 `model-index` with the BLEU scores) is produced by huggingface_hub's own `ModelCardData` / `EvalResult` and
 parses back with `ModelCard.load`. What this module adds is the content: which paper choices the config keeps
@@ -54,7 +54,8 @@ from .configuration_vanilla_transformer import PRESETS
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_TEMPLATE = Path(__file__).resolve().parent.parent / "model_cards" / "TEMPLATE.md"
+# Package data (pyproject `package-data`), so that a wheel install can write cards too.
+DEFAULT_TEMPLATE = Path(__file__).resolve().parent / "model_card_template.md"
 
 # The paper's choice for each flag that allows a later variant, and what the flag changes (PAPER_SPEC.md).
 PAPER_DEFAULTS = {
@@ -177,8 +178,8 @@ def render_model_card(config, results, repo_id: str | None = None, *, model_name
     results = load_results(results)
     template_path = Path(template_path) if template_path is not None else DEFAULT_TEMPLATE
     if not template_path.is_file():
-        raise ValueError(f"`template_path` {str(template_path)!r} does not exist: pass the path of "
-                         "model_cards/TEMPLATE.md from the vanilla-transformer repository.")
+        raise ValueError(f"`template_path` {str(template_path)!r} does not exist: pass the path of a Jinja2 card "
+                         "template, or leave it unset for the package's own (model_card_template.md).")
     if repo_id is not None and not re.fullmatch(r"[\w.-]+/[\w.-]+", repo_id):
         raise ValueError(f"`repo_id` must look like 'namespace/name', got {repo_id!r}.")
     src, tgt = results["src_lang"], results["tgt_lang"]
