@@ -1,6 +1,7 @@
 """What several test modules share: the real data, and a prelude for subprocesses that must not see this package."""
 
 import gzip
+import os
 import textwrap
 from itertools import islice
 from pathlib import Path
@@ -32,3 +33,11 @@ BLOCK_PACKAGE = textwrap.dedent(
         pass
     """
 )
+
+
+def subprocess_env(**extra: str) -> dict[str, str]:
+    """The environment for a Python subprocess whose floats are compared with this session's. The session computes
+    with one torch thread (conftest's `one_thread`), so the child must too: with another thread count, GEMMs and
+    reductions sum in another order and results differ in the last bits (1e-6 seen), whatever `OMP_NUM_THREADS` the
+    machine's environment has. Offline, as every test here."""
+    return {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", **extra}

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from helpers import read_multi30k
+from helpers import read_multi30k, subprocess_env
 from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 from vanilla_transformer.cli import build_parser, main, read_lines
 from vanilla_transformer.tokenization import train_tokenizer
@@ -94,7 +94,7 @@ def test_file_to_file_equals_generate_per_sentence(checkpoint, lines, tmp_path):
 def test_stdin_to_stdout_in_a_subprocess(checkpoint, lines):
     path, model, tokenizer = checkpoint
     text = "\r\n".join(lines[:9])  # Windows line ends, no newline after the last line
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    env = subprocess_env()
     result = subprocess.run(
         [sys.executable, "-m", "vanilla_transformer.cli", "translate", "--model", str(path), "--beams", "1",
          "--batch-size", "4", "--device", "cpu"],

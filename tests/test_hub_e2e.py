@@ -312,7 +312,7 @@ def remote_user(online, run, reference, tmp_path_factory):
         print("\\n@@report@@" + json.dumps(report))  # on its own line: transformers' prompt has no newline
         """
     )
-    env = {**online.client_env(home / "hf_home"), "OMP_NUM_THREADS": "1"}
+    env = {**online.client_env(home / "hf_home"), "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     result = subprocess.run([sys.executable, "-I", "-c", script], cwd=home, env=env, stdin=subprocess.DEVNULL,
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr

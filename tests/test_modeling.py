@@ -13,7 +13,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from helpers import BLOCK_PACKAGE
+from helpers import BLOCK_PACKAGE, subprocess_env
 from vanilla_transformer import (
     VanillaTransformerConfig,
     VanillaTransformerForConditionalGeneration,
@@ -397,7 +397,7 @@ def test_remote_code_load_in_a_process_without_the_package(tmp_path):
         print("REMOTE-OK", type(model).__module__)
         """
     )
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_MODULES_CACHE": str(tmp_path / "modules")}
+    env = subprocess_env(HF_MODULES_CACHE=str(tmp_path / "modules"))
     result = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "REMOTE-OK transformers_modules" in result.stdout

@@ -16,7 +16,7 @@ from transformers import AutoModelForSeq2SeqLM, pipeline
 from transformers.dynamic_module_utils import get_imports, get_relative_imports
 from transformers.pipelines import clean_custom_task
 
-from helpers import BLOCK_PACKAGE, read_multi30k
+from helpers import BLOCK_PACKAGE, read_multi30k, subprocess_env
 from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 from vanilla_transformer import pipeline_vanilla_transformer
 from vanilla_transformer.pipeline_vanilla_transformer import CUSTOM_PIPELINES, TranslationPipeline
@@ -247,7 +247,7 @@ def test_pipeline_from_a_checkpoint_in_a_process_without_the_package(model, toke
         }}))
         """
     )
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_MODULES_CACHE": str(tmp_path / "modules")}
+    env = subprocess_env(HF_MODULES_CACHE=str(tmp_path / "modules"))
     result = subprocess.run(
         [sys.executable, "-I", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
     )

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import BLOCK_PACKAGE, read_multi30k
+from helpers import BLOCK_PACKAGE, read_multi30k, subprocess_env
 from vanilla_transformer import VanillaTransformerConfig
 from vanilla_transformer.tokenization import (
     SPECIAL_TOKENS,
@@ -179,7 +179,7 @@ def test_save_and_load_with_autotokenizer_in_a_process_without_the_package(token
         }}))
         """
     )
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    env = subprocess_env()
     result = subprocess.run(
         [sys.executable, "-I", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
     )

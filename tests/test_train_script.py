@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import subprocess_env
 
 ROOT = Path(__file__).resolve().parents[1]
 MULTI30K = ROOT.parent / "shared" / "data" / "multi30k"
@@ -142,7 +143,7 @@ def test_accelerate_launch_two_processes_matches_one_process(data_dir, tmp_path)
     common = ["--max_steps", "6", "--logging_steps", "1", "--dropout", "0.0", "--eval_strategy", "no",
               "--save_strategy", "no", "--test_split", "", "--plots", "false", "--warmup_steps", "4",
               "--lr_factor", "0.05"]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    env = subprocess_env()
     single = tmp_path / "single"
     subprocess.run([sys.executable, "train.py", *_args(data_dir, single, *common, "--gradient_accumulation_steps", "2")],
                    cwd=ROOT, env=env, check=True, timeout=600, capture_output=True)

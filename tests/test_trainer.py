@@ -18,7 +18,7 @@ from accelerate.data_loader import prepare_data_loader, skip_first_batches
 from transformers import DataCollatorForSeq2Seq, TrainerCallback
 from transformers.trainer_utils import get_last_checkpoint
 
-from helpers import read_multi30k
+from helpers import read_multi30k, subprocess_env
 from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 from vanilla_transformer.data import TokenBatchSampler, tokenize_corpus
 from vanilla_transformer.metrics import compute_bleu
@@ -376,7 +376,7 @@ def test_two_processes_equal_one_process_accumulating_two_batches(tmp_path):
     1 process x 2 accumulated batches: the losses and gradients must agree."""
     script = tmp_path / "run.py"
     script.write_text(DDP_SCRIPT.format(tests=str(Path(__file__).resolve().parent)))
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    env = subprocess_env()
     subprocess.run([sys.executable, str(script), "2", str(tmp_path / "one")], check=True, env=env)
     subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29571",
