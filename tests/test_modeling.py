@@ -89,7 +89,7 @@ def test_encoder_layer_matches_torch_transformer_encoder_layer(attn, bias):
     _, mask = padded_batch()
     keep = mask.bool()
     with torch.no_grad():
-        got, _ = ours(x, keep[:, None, None, :])
+        got = ours(x, keep[:, None, None, :])
         # The torch fast path only triggers under no_grad+eval with nested tensors; disable it to compare the math.
         torch.backends.mha.set_fastpath_enabled(False)
         try:
@@ -122,7 +122,7 @@ def test_decoder_layer_matches_torch_transformer_decoder_layer(attn, bias):
     causal = torch.tril(torch.ones(6, 6, dtype=torch.bool))
     self_mask = causal[None, None] & tgt_keep[:, None, None, :]
     with torch.no_grad():
-        got, _, _ = ours(tgt, self_mask, memory, encoder_attention_mask=src_mask.bool()[:, None, None, :])
+        got = ours(tgt, self_mask, memory, encoder_attention_mask=src_mask.bool()[:, None, None, :])
         want = ref(
             tgt, memory, tgt_mask=torch.nn.Transformer.generate_square_subsequent_mask(6),
             tgt_key_padding_mask=~tgt_keep, memory_key_padding_mask=~src_mask.bool(),
@@ -298,7 +298,7 @@ def test_sampling_runs_and_is_seeded():
     assert torch.equal(a, b) and a.shape[0] == 3
 
 
-def test_output_attentions_with_eager_and_clear_error_with_sdpa():
+def test_output_attentions_with_eager():
     ids, mask = padded_batch()
     out = tiny_model("eager")(input_ids=ids, attention_mask=mask, decoder_input_ids=ids[:, :5], output_attentions=True)
     assert len(out.encoder_attentions) == 2 and out.encoder_attentions[0].shape == (3, 4, 9, 9)
@@ -306,8 +306,38 @@ def test_output_attentions_with_eager_and_clear_error_with_sdpa():
     # Padding keys get weight 0; the decoder cannot look ahead.
     assert out.encoder_attentions[0][1, :, :, 4:].abs().max() == 0
     assert torch.triu(out.decoder_attentions[0][0, 0], diagonal=1).abs().max() == 0
-    with pytest.raises(ValueError, match="eager"):
-        tiny_model("sdpa")(input_ids=ids, attention_mask=mask, decoder_input_ids=ids, output_attentions=True)
+
+
+def _tiny_marian(attn):
+    from transformers import MarianConfig, MarianMTModel
+
+    config = MarianConfig(
+        **{k: v for k, v in TINY.items() if k != "dropout"}, dropout=0.0, pad_token_id=0, eos_token_id=2,
+        decoder_start_token_id=1, max_position_embeddings=64, attn_implementation=attn,
+    )
+    return MarianMTModel(config).eval()
+
+
+def test_output_attentions_under_sdpa_follows_transformers(caplog):
+    """transformers' convention (its sdpa integration, and every library model, e.g. MarianMTModel): asking for the
+    weights under sdpa warns once and returns no weights; everything else is unchanged. It must not raise, so that
+    generic code passing `output_attentions=True` (pipelines, Trainer prediction, interpretability tools) runs."""
+    ids, mask = padded_batch()
+    kw = dict(input_ids=ids, attention_mask=mask, decoder_input_ids=ids[:, :5])
+    model = tiny_model("sdpa")
+    plain = model(**kw)
+    with caplog.at_level("WARNING"):
+        out = model(**kw, output_attentions=True)
+    assert "does not support `output_attentions=True`" in caplog.text
+    assert torch.equal(out.logits, plain.logits)
+    marian = _tiny_marian("sdpa")(**kw, output_attentions=True)
+    for name in ("encoder_attentions", "decoder_attentions", "cross_attentions"):
+        assert getattr(out, name) == getattr(marian, name) == (), name
+    # generate with attentions asked for runs too, and gives the same tokens.
+    gen = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=5)
+    gen_att = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=5, output_attentions=True,
+                             return_dict_in_generate=True)
+    assert torch.equal(gen, gen_att.sequences)
 
 
 def test_gradient_checkpointing_gives_the_same_gradients():
@@ -350,6 +380,141 @@ def test_base_model_and_auto_classes(tmp_path):
     assert isinstance(AutoModelForSeq2SeqLM.from_pretrained(tmp_path), VanillaTransformerForConditionalGeneration)
     config = json.loads((tmp_path / "config.json").read_text())
     assert config["auto_map"]["AutoModelForSeq2SeqLM"].endswith("VanillaTransformerForConditionalGeneration")
+
+
+def _assert_same_generation(full, continued, first_scores=()):
+    """Same tokens, scores and caches (self- and cross-attention) as transformers' own continuation test checks."""
+    assert torch.equal(full.sequences, continued.sequences)
+    scores = tuple(first_scores) + tuple(continued.scores)
+    assert len(scores) == len(full.scores)
+    for a, b in zip(full.scores, scores):
+        assert torch.allclose(a, b, atol=1e-5), (a - b).abs().max()
+    for part in ("self_attention_cache", "cross_attention_cache"):
+        mine, theirs = getattr(full.past_key_values, part), getattr(continued.past_key_values, part)
+        for a, b in zip(mine.layers, theirs.layers):
+            assert a.keys.shape == b.keys.shape, (part, a.keys.shape, b.keys.shape)
+            assert torch.allclose(a.keys, b.keys, atol=1e-5) and torch.allclose(a.values, b.values, atol=1e-5), part
+
+
+NO_STOP = dict(do_sample=False, use_cache=True, return_dict_in_generate=True, output_scores=True, eos_token_id=-1)
+
+
+@pytest.mark.parametrize("attn", ["eager", "sdpa"])
+@pytest.mark.parametrize("crop", [False, True])
+@pytest.mark.parametrize("with_mask", [False, True])
+def test_generate_continues_from_its_returned_cache(attn, crop, with_mask):
+    """transformers' contract (GenerationTesterMixin.test_generate_continue_from_past_key_values): 3 tokens, then 1
+    more from the returned `past_key_values` and `sequences`, gives the scores, tokens and cache of 4 tokens in one
+    call; with the cache as returned or cropped by one step, with or without a decoder mask covering the sequence."""
+    model = tiny_model(attn)
+    ids, mask = padded_batch()
+    kw = dict(input_ids=ids, attention_mask=mask, num_beams=1, **NO_STOP)
+    full = model.generate(**kw, max_new_tokens=4)
+    first = model.generate(**kw, max_new_tokens=3)
+    cache = first.past_key_values
+    if crop:
+        cache.crop(-1)
+    extra = {"decoder_attention_mask": torch.ones_like(first.sequences)} if with_mask else {}
+    continued = model.generate(**kw, max_new_tokens=1, decoder_input_ids=first.sequences, past_key_values=cache, **extra)
+    _assert_same_generation(full, continued, first.scores)
+
+
+@pytest.mark.parametrize("attn", ["eager", "sdpa"])
+@pytest.mark.parametrize("num_beams", [1, 4])
+@pytest.mark.parametrize("crop", [False, True])
+def test_generation_from_a_prefix_with_its_cache_equals_without(attn, num_beams, crop):
+    """Greedy and beam search from a forced target prefix whose cache was computed beforehand (for the batch expanded
+    by beams, as beam search lays it out; whole, or cropped by one step as `generate` leaves it) give the scores,
+    tokens and final cache of the same search given only the prefix."""
+    model = tiny_model(attn)
+    ids, mask = padded_batch()
+    prefix = torch.tensor([[1, 10, 11], [1, 12, 13], [1, 14, 15]])
+    kw = dict(input_ids=ids, attention_mask=mask, num_beams=num_beams, max_new_tokens=4, decoder_input_ids=prefix,
+              **NO_STOP)
+    reference = model.generate(**kw)
+    expanded = [t.repeat_interleave(num_beams, dim=0) for t in (ids, mask, prefix)]
+    fed = expanded[2][:, :-1] if crop else expanded[2]
+    with torch.no_grad():
+        cache = model(input_ids=expanded[0], attention_mask=expanded[1], decoder_input_ids=fed, use_cache=True).past_key_values
+    _assert_same_generation(reference, model.generate(**kw, past_key_values=cache))
+
+
+@pytest.mark.parametrize("num_beams", [1, 4])
+def test_source_length_rule_at_every_generate_entry_point(num_beams):
+    """Section 6.1's maximum output length (source + 50) applies whether `generate` gets `input_ids`, precomputed
+    `encoder_outputs` or `inputs_embeds`: never transformers' default of 20 tokens."""
+    model = tiny_model(seed=5)
+    ids, mask = padded_batch(lengths=(7, 3))
+    reference = model.generate(input_ids=ids, attention_mask=mask, num_beams=num_beams)
+    assert reference.shape[1] > 21
+    encoder_outputs = model.get_encoder()(input_ids=ids, attention_mask=mask)
+    from_encoder = model.generate(encoder_outputs=encoder_outputs, attention_mask=mask, num_beams=num_beams)
+    assert torch.equal(from_encoder, reference)
+    # Without a mask the encoder output's full length counts for every sentence: the cap is 9 + 50.
+    unmasked = model.generate(encoder_outputs=model.get_encoder()(input_ids=ids), num_beams=num_beams)
+    assert 21 < unmasked.shape[1] <= 9 + 50 + 1
+    embeds = model.get_input_embeddings()(ids)
+    from_embeds = model.generate(inputs_embeds=embeds, attention_mask=mask, num_beams=num_beams)
+    assert torch.equal(from_embeds, reference)
+
+
+def test_learned_positions_cap_the_output_length_at_the_table():
+    """With learned positions (Table 3 row E, not the default) the source + 50 rule must not run past the table."""
+    model = tiny_model(seed=5, position_embedding_type="learned", max_position_embeddings=24)
+    ids, mask = padded_batch(lengths=(20, 7))
+    for num_beams in (1, 4):
+        out = model.generate(input_ids=ids, attention_mask=mask, num_beams=num_beams)
+        assert out.shape[1] <= 24
+
+
+def test_empty_state_dict_materialises_and_initialises_every_parameter():
+    """`from_pretrained(None, config=..., state_dict={})` is how transformers initialises missing weights: every
+    parameter of both classes must be real (not on the meta device) and set by `_init_weights`, with the three-way
+    tie (section 3.4) holding."""
+    config = VanillaTransformerConfig(**TINY)
+    for cls in (VanillaTransformerModel, VanillaTransformerForConditionalGeneration):
+        model = cls.from_pretrained(None, config=config, state_dict={})
+        on_meta = [n for n, p in model.named_parameters(remove_duplicate=False) if p.device.type == "meta"]
+        assert on_meta == [], (cls.__name__, on_meta)
+        base = model if cls is VanillaTransformerModel else model.model
+        shared = base.shared.weight
+        assert base.encoder.embed_tokens.weight is shared and base.decoder.embed_tokens.weight is shared
+        if cls is VanillaTransformerForConditionalGeneration:
+            assert model.lm_head.weight is shared
+        assert torch.all(shared[config.pad_token_id] == 0)  # padding row zero
+        assert abs(shared[4:].std().item() - config.d_model**-0.5) < 0.02  # N(0, d_model^-0.5)
+        norm = base.encoder.layers[0].self_attn_layer_norm
+        assert torch.all(norm.weight == 1) and torch.all(norm.bias == 0)
+
+
+@pytest.mark.parametrize("cls, key", [(VanillaTransformerModel, "shared.weight"),
+                                      (VanillaTransformerForConditionalGeneration, "model.shared.weight")])
+def test_checkpoint_without_the_shared_embedding_reports_it_missing(tmp_path, cls, key):
+    from safetensors.torch import load_file
+
+    cls(VanillaTransformerConfig(**TINY)).save_pretrained(tmp_path)
+    tensors = load_file(tmp_path / "model.safetensors")
+    assert [k for k in tensors if "embed_tokens" in k or "shared" in k or "lm_head" in k] == [key]  # saved once
+    del tensors[key]
+    save_file(tensors, str(tmp_path / "model.safetensors"), metadata={"format": "pt"})
+    model, info = cls.from_pretrained(tmp_path, output_loading_info=True)
+    assert key.removeprefix("model.") in {k.removeprefix("model.") for k in info["missing_keys"]}
+    base = model if cls is VanillaTransformerModel else model.model
+    assert base.encoder.embed_tokens.weight is base.shared.weight and base.shared.weight.device.type != "meta"
+
+
+@pytest.mark.slow
+def test_flex_attention_matches_eager():
+    """flex attention (declared supported: its masks come from `masking_utils`) on the CPU, inference only (torch has
+    no flex backward on the CPU). Slow: flex attention compiles its kernel (~2-4 minutes here)."""
+    ids, mask = padded_batch()
+    kw = dict(input_ids=ids, attention_mask=mask, decoder_input_ids=ids[:, :5])
+    with torch.no_grad():
+        eager = tiny_model("eager")
+        flex = tiny_model("flex_attention")
+        assert torch.allclose(flex(**kw).logits, eager(**kw).logits, atol=1e-5)
+        gen = dict(input_ids=ids, attention_mask=mask, max_new_tokens=6, num_beams=1)
+        assert torch.equal(flex.generate(**gen), eager.generate(**gen))
 
 
 # --- round trips -------------------------------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from transformers import initialization as init
 from transformers.activations import ACT2FN
 from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
 from transformers.generation import GenerationConfig, GenerationMixin, LogitsProcessor, LogitsProcessorList
+from transformers.masking_utils import create_bidirectional_mask, create_causal_mask
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import (
     BaseModelOutput,
@@ -26,9 +27,11 @@ from transformers.modeling_outputs import (
     Seq2SeqModelOutput,
 )
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel
-from transformers.utils import logging
+from transformers.utils import can_return_tuple, is_torchdynamo_compiling, logging
+from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from .configuration_vanilla_transformer import VanillaTransformerConfig
+
 # Unused here: the import makes `save_pretrained` copy the translation pipeline next to this file (it copies the
 # relative imports of the model code), for `pipeline("translation", model=<checkpoint>, trust_remote_code=True)`.
 from .pipeline_vanilla_transformer import TranslationPipeline  # noqa: F401
@@ -51,15 +54,13 @@ def sinusoidal_position_encoding(positions: torch.Tensor, d_model: int) -> torch
     """Section 3.5: PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d_model)),
     sin and cos interleaved. Computed on the fly for the positions asked for, so there is no maximum length
     (the paper's argument for the sinusoid: it "may allow the model to extrapolate to sequence lengths longer
-    than the ones encountered during training") and no buffer that `from_pretrained` would leave
-    uninitialised (HF_V5_NOTES fact 6). Returns float32 [len(positions), d_model]."""
+    than the ones encountered during training") and no buffer for `from_pretrained` to leave uninitialised (it
+    builds models on the meta device and restores only saved tensors). Returns float32 [len(positions), d_model]."""
     two_i = torch.arange(0, d_model, 2, device=positions.device, dtype=torch.float32)
     inv_freq = torch.exp(two_i * (-math.log(10000.0) / d_model))  # 1 / 10000^(2i/d_model)
-    angles = positions.to(torch.float32)[:, None] * inv_freq[None, :]
-    pe = torch.empty(positions.shape[0], d_model, device=positions.device, dtype=torch.float32)
-    pe[:, 0::2] = torch.sin(angles)
-    pe[:, 1::2] = torch.cos(angles[:, : d_model // 2])
-    return pe
+    angles = positions.to(torch.float32)[:, None] * inv_freq[None, :]  # [len, d_model / 2]
+    # [len, d_model / 2, 2] -> [len, d_model]: sin at even features, cos at odd ones.
+    return torch.stack((torch.sin(angles), torch.cos(angles)), dim=-1).flatten(1)
 
 
 def eager_attention_forward(
@@ -72,14 +73,18 @@ def eager_attention_forward(
     dropout: float = 0.0,
     **kwargs,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Section 3.2.1: softmax(Q K^T / sqrt(d_k)) V. `attention_mask` is boolean, True = may attend; masked
-    scores get the dtype's most negative value before the softmax, so they get weight 0."""
-    scores = torch.matmul(query, key.transpose(2, 3)) * scaling
+    """Section 3.2.1: softmax(Q K^T / sqrt(d_k)) V. Masked positions get the dtype's most negative value before the
+    softmax, so they get weight 0: `attention_mask` is transformers' additive float mask (0 / most negative, from
+    `masking_utils`), or a boolean mask (True = may attend) for callers that pass one to a layer directly."""
+    scores = torch.matmul(query, key.transpose(2, 3)) * scaling  # [batch, heads, q, k]
     if attention_mask is not None:
-        scores = scores.masked_fill(~attention_mask, torch.finfo(scores.dtype).min)
+        if attention_mask.dtype == torch.bool:
+            scores = scores.masked_fill(~attention_mask, torch.finfo(scores.dtype).min)
+        else:
+            scores = scores + attention_mask
     weights = nn.functional.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
     weights = nn.functional.dropout(weights, p=dropout, training=module.training)
-    output = torch.matmul(weights, value).transpose(1, 2).contiguous()
+    output = torch.matmul(weights, value).transpose(1, 2).contiguous()  # [batch, q, heads, d_k]
     return output, weights
 
 
@@ -87,8 +92,8 @@ class VanillaTransformerAttention(nn.Module):
     """Multi-head attention (section 3.2.2): h heads of d_k = d_v = d_model / h, the projections W_Q, W_K, W_V of
     all heads as one d_model x d_model matrix each, heads concatenated and projected by W_O. Biases only with
     `config.attention_bias` (tensor2tensor, the authors' code, has none). The attention itself goes through
-    transformers' attention interface (`config._attn_implementation`: "sdpa" by default, "eager" returns the
-    weights)."""
+    transformers' attention interface (`config._attn_implementation`: "sdpa" by default; "eager" returns the
+    weights; flash and flex attention take the masks `masking_utils` builds for them)."""
 
     def __init__(self, config: VanillaTransformerConfig, num_heads: int, is_causal: bool, layer_idx: int | None):
         super().__init__()
@@ -97,8 +102,8 @@ class VanillaTransformerAttention(nn.Module):
         self.head_dim = config.d_model // num_heads
         self.scaling = self.head_dim**-0.5  # 1 / sqrt(d_k)
         self.dropout = config.attention_dropout
-        # Read by the sdpa integration when no mask is given (HF_V5_NOTES fact 9): only the decoder's
-        # self-attention is causal.
+        # Read by the sdpa / flash integrations when they get no mask (sdpa assumes causal if the attribute is
+        # missing): only the decoder's self-attention is causal.
         self.is_causal = is_causal
         self.layer_idx = layer_idx
         bias = config.attention_bias
@@ -117,16 +122,15 @@ class VanillaTransformerAttention(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         is_cross_attention = key_value_states is not None
         batch, q_len = hidden_states.shape[:2]
+        # [batch, q, d_model] -> [batch, heads, q, d_k]
         query = self.q_proj(hidden_states).view(batch, q_len, -1, self.head_dim).transpose(1, 2)
 
-        cache = None
-        if past_key_values is not None:
-            if isinstance(past_key_values, EncoderDecoderCache):
-                cache = past_key_values.cross_attention_cache if is_cross_attention else past_key_values.self_attention_cache
-            else:
-                cache = past_key_values
+        cache, is_updated = past_key_values, False
+        if isinstance(past_key_values, EncoderDecoderCache):
+            is_updated = is_cross_attention and past_key_values.is_updated.get(self.layer_idx, False)
+            cache = past_key_values.cross_attention_cache if is_cross_attention else past_key_values.self_attention_cache
 
-        if is_cross_attention and cache is not None and past_key_values.is_updated.get(self.layer_idx):
+        if is_updated:
             # The encoder output does not change while decoding: its keys/values are computed once per layer
             # (first step) and reused.
             key = cache.layers[self.layer_idx].keys
@@ -138,7 +142,7 @@ class VanillaTransformerAttention(nn.Module):
             value = self.v_proj(source).view(kv_shape).transpose(1, 2)
             if cache is not None:
                 key, value = cache.update(key, value, self.layer_idx)
-                if is_cross_attention:
+                if is_cross_attention and isinstance(past_key_values, EncoderDecoderCache):
                     past_key_values.is_updated[self.layer_idx] = True
 
         attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
@@ -154,7 +158,7 @@ class VanillaTransformerAttention(nn.Module):
             scaling=self.scaling,
             **kwargs,
         )
-        output = output.reshape(batch, q_len, -1).contiguous()
+        output = output.reshape(batch, q_len, -1).contiguous()  # heads concatenated: [batch, q, d_model]
         return self.out_proj(output), weights
 
 
@@ -175,17 +179,12 @@ class VanillaTransformerFeedForward(nn.Module):
         return self.fc2(hidden_states)
 
 
-class _SublayerMixin:
-    """Section 3.1: each sub-layer is wrapped as LayerNorm(x + Dropout(Sublayer(x))) (post-norm, section 5.4 for the
-    dropout). With `normalize_before` (not the paper): x + Dropout(Sublayer(LayerNorm(x)))."""
-
-    def _residual(self, x: torch.Tensor, norm: nn.LayerNorm, sublayer: Callable) -> tuple[torch.Tensor, object]:
-        out, extra = sublayer(norm(x) if self.normalize_before else x)
-        x = x + nn.functional.dropout(out, p=self.dropout, training=self.training)
-        return (x if self.normalize_before else norm(x)), extra
+# Section 3.1: every sub-layer is wrapped as LayerNorm(x + Dropout(Sublayer(x))) (post-norm; the dropout is section
+# 5.4's residual dropout). With `normalize_before` (not the paper; tensor2tensor's later default) the norm moves in
+# front: x + Dropout(Sublayer(LayerNorm(x))), and each stack ends with a final norm.
 
 
-class VanillaTransformerEncoderLayer(_SublayerMixin, GradientCheckpointingLayer):
+class VanillaTransformerEncoderLayer(GradientCheckpointingLayer):
     """Section 3.1, encoder: multi-head self-attention, then the position-wise feed-forward network."""
 
     def __init__(self, config: VanillaTransformerConfig, layer_idx: int):
@@ -197,17 +196,28 @@ class VanillaTransformerEncoderLayer(_SublayerMixin, GradientCheckpointingLayer)
         self.ffn = VanillaTransformerFeedForward(config, config.encoder_ffn_dim)
         self.final_layer_norm = nn.LayerNorm(config.d_model)
 
-    def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None, **kwargs):
-        hidden_states, attn_weights = self._residual(
-            hidden_states,
-            self.self_attn_layer_norm,
-            lambda x: self.self_attn(x, attention_mask=attention_mask, **kwargs),
-        )
-        hidden_states, _ = self._residual(hidden_states, self.final_layer_norm, lambda x: (self.ffn(x), None))
-        return hidden_states, attn_weights
+    def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None, **kwargs) -> torch.Tensor:
+        residual = hidden_states
+        if self.normalize_before:
+            hidden_states = self.self_attn_layer_norm(hidden_states)
+        hidden_states, _ = self.self_attn(hidden_states, attention_mask=attention_mask, **kwargs)
+        hidden_states = nn.functional.dropout(hidden_states, p=self.dropout, training=self.training)
+        hidden_states = residual + hidden_states
+        if not self.normalize_before:
+            hidden_states = self.self_attn_layer_norm(hidden_states)
+
+        residual = hidden_states
+        if self.normalize_before:
+            hidden_states = self.final_layer_norm(hidden_states)
+        hidden_states = self.ffn(hidden_states)
+        hidden_states = nn.functional.dropout(hidden_states, p=self.dropout, training=self.training)
+        hidden_states = residual + hidden_states
+        if not self.normalize_before:
+            hidden_states = self.final_layer_norm(hidden_states)
+        return hidden_states
 
 
-class VanillaTransformerDecoderLayer(_SublayerMixin, GradientCheckpointingLayer):
+class VanillaTransformerDecoderLayer(GradientCheckpointingLayer):
     """Section 3.1, decoder: masked multi-head self-attention, multi-head attention over the encoder output (queries
     from the decoder, keys and values from the final encoder layer), then the feed-forward network."""
 
@@ -230,25 +240,42 @@ class VanillaTransformerDecoderLayer(_SublayerMixin, GradientCheckpointingLayer)
         encoder_attention_mask: torch.Tensor | None = None,
         past_key_values: Cache | None = None,
         **kwargs,
-    ):
-        hidden_states, self_weights = self._residual(
-            hidden_states,
-            self.self_attn_layer_norm,
-            lambda x: self.self_attn(x, attention_mask=attention_mask, past_key_values=past_key_values, **kwargs),
+    ) -> torch.Tensor:
+        residual = hidden_states
+        if self.normalize_before:
+            hidden_states = self.self_attn_layer_norm(hidden_states)
+        hidden_states, _ = self.self_attn(
+            hidden_states, attention_mask=attention_mask, past_key_values=past_key_values, **kwargs
         )
-        hidden_states, cross_weights = self._residual(
+        hidden_states = nn.functional.dropout(hidden_states, p=self.dropout, training=self.training)
+        hidden_states = residual + hidden_states
+        if not self.normalize_before:
+            hidden_states = self.self_attn_layer_norm(hidden_states)
+
+        residual = hidden_states
+        if self.normalize_before:
+            hidden_states = self.encoder_attn_layer_norm(hidden_states)
+        hidden_states, _ = self.encoder_attn(
             hidden_states,
-            self.encoder_attn_layer_norm,
-            lambda x: self.encoder_attn(
-                x,
-                key_value_states=encoder_hidden_states,
-                attention_mask=encoder_attention_mask,
-                past_key_values=past_key_values,
-                **kwargs,
-            ),
+            key_value_states=encoder_hidden_states,
+            attention_mask=encoder_attention_mask,
+            past_key_values=past_key_values,
+            **kwargs,
         )
-        hidden_states, _ = self._residual(hidden_states, self.final_layer_norm, lambda x: (self.ffn(x), None))
-        return hidden_states, self_weights, cross_weights
+        hidden_states = nn.functional.dropout(hidden_states, p=self.dropout, training=self.training)
+        hidden_states = residual + hidden_states
+        if not self.normalize_before:
+            hidden_states = self.encoder_attn_layer_norm(hidden_states)
+
+        residual = hidden_states
+        if self.normalize_before:
+            hidden_states = self.final_layer_norm(hidden_states)
+        hidden_states = self.ffn(hidden_states)
+        hidden_states = nn.functional.dropout(hidden_states, p=self.dropout, training=self.training)
+        hidden_states = residual + hidden_states
+        if not self.normalize_before:
+            hidden_states = self.final_layer_norm(hidden_states)
+        return hidden_states
 
 
 class VanillaTransformerPreTrainedModel(PreTrainedModel):
@@ -257,11 +284,11 @@ class VanillaTransformerPreTrainedModel(PreTrainedModel):
     base_model_prefix = "model"
     supports_gradient_checkpointing = True
     _no_split_modules = ["VanillaTransformerEncoderLayer", "VanillaTransformerDecoderLayer"]
-    # Masks are built here as boolean [batch, 1, q, k] tensors (True = attend), which the eager and sdpa paths
-    # take; flash / flex attention would need other formats and are not claimed.
+    # Masks come from transformers' `masking_utils`, which builds each implementation's own format (additive float
+    # for eager, boolean or None for sdpa, padding-only for flash, BlockMask for flex).
     _supports_sdpa = True
-    _supports_flash_attn = False
-    _supports_flex_attn = False
+    _supports_flash_attn = True
+    _supports_flex_attn = True
 
     def save_pretrained(self, save_directory, *args, **kwargs):
         # A checkpoint saved from the registered classes (importing the package registers them; a remote-code load
@@ -296,48 +323,48 @@ class VanillaTransformerPreTrainedModel(PreTrainedModel):
             init.zeros_(module.bias)
 
 
-def _check_token_ids(ids: torch.Tensor, vocab_size: int, name: str) -> None:
+def _check_input_ids(ids: torch.Tensor, vocab_size: int, name: str) -> None:
+    """Clear errors for token ids a user hands in. The shape and dtype checks read no data. The range check reads the
+    ids, so it runs only where that is free: in eager mode on the CPU. On an accelerator it would be a host sync on
+    every forward, and under `torch.compile` a graph break; there the tokenizer/model pairing is checked where data
+    comes in (pipeline, `translate`, data loading)."""
     if ids.dtype not in (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8):
         raise ValueError(f"`{name}` must hold integer token ids, got dtype {ids.dtype}: pass a torch.long tensor.")
     if ids.dim() != 2:
         raise ValueError(f"`{name}` must have shape [batch, sequence_length], got {tuple(ids.shape)}.")
     if ids.numel() == 0:
         raise ValueError(f"`{name}` is empty (shape {tuple(ids.shape)}): the batch needs at least one token.")
-    if bool(((ids < 0) | (ids >= vocab_size)).any()):
-        bad = ids[(ids < 0) | (ids >= vocab_size)]
-        raise ValueError(
-            f"`{name}` contains token ids outside the vocabulary [0, {vocab_size}) (e.g. {bad[0].item()}): the "
-            f"tokenizer and the model do not match (check `len(tokenizer)` against `config.vocab_size`)."
-        )
+    if ids.device.type == "cpu" and not is_torchdynamo_compiling():
+        bad = (ids < 0) | (ids >= vocab_size)
+        if bad.any():
+            raise ValueError(
+                f"`{name}` contains token ids outside the vocabulary [0, {vocab_size}) (e.g. {ids[bad][0].item()}): "
+                f"the tokenizer and the model do not match (check `len(tokenizer)` against `config.vocab_size`)."
+            )
 
 
-def _check_padding_mask(
-    mask: torch.Tensor | None, batch: int, length: int, name: str, validate: bool = True
-) -> torch.Tensor | None:
-    """A user padding mask: [batch, length] of 1 (token) / 0 (padding). Returned as bool, or None when nothing is
-    padded (so that sdpa can take its unmasked kernels)."""
+def _check_padding_mask(mask: torch.Tensor | None, shape: tuple[int, ...], name: str, check_rows: bool = True) -> None:
+    """A user padding mask: [batch, length] of 1 (token) / 0 (padding). Same rule as `_check_input_ids`: the shape
+    always, the values (every sequence keeps a token) in eager mode on the CPU."""
     if mask is None:
-        return None
-    if mask.dim() != 2 or mask.shape[0] != batch or mask.shape[1] != length:
+        return
+    if tuple(mask.shape) != tuple(shape):
         raise ValueError(
-            f"`{name}` must have shape [batch, sequence_length] = [{batch}, {length}] (1 for tokens, 0 for padding), "
-            f"got {tuple(mask.shape)}."
+            f"`{name}` must have shape [batch, sequence_length] = {list(shape)} (1 for tokens, 0 for padding), got "
+            f"{tuple(mask.shape)}."
         )
-    mask = mask.bool() if mask.dtype == torch.bool else mask != 0
-    if validate and not bool(mask.any(dim=-1).all()):
+    if check_rows and mask.device.type == "cpu" and not is_torchdynamo_compiling() and not mask.bool().any(-1).all():
         raise ValueError(f"`{name}` masks every position of some sequence: each sequence needs at least one token.")
-    return None if bool(mask.all()) else mask
 
 
-class _Stack(nn.Module):
+class VanillaTransformerStack(VanillaTransformerPreTrainedModel):
     """What the encoder and decoder stacks share (section 3.1): the shared embedding scaled by sqrt(d_model)
     (section 3.4), positions (section 3.5, or learned), N layers, and a final norm only for the pre-norm variant (the
-    paper's post-norm stack ends with a layer's own norm)."""
+    paper's post-norm stack ends with a layer's own norm). The token embedding is tied to the model's `shared` one."""
 
-    def __init__(self, config: VanillaTransformerConfig, embed_tokens: nn.Embedding, layer_class, num_layers: int):
-        super().__init__()
-        self.config = config
-        self.embed_tokens = embed_tokens
+    def __init__(self, config: VanillaTransformerConfig, layer_class: type[nn.Module], num_layers: int):
+        super().__init__(config)
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.d_model, padding_idx=config.pad_token_id)
         self.embed_scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
         self.embed_positions = (
             nn.Embedding(config.max_position_embeddings, config.d_model)
@@ -347,18 +374,15 @@ class _Stack(nn.Module):
         self.layers = nn.ModuleList([layer_class(config, i) for i in range(num_layers)])
         self.layer_norm = nn.LayerNorm(config.d_model) if config.normalize_before else None
         self.gradient_checkpointing = False
+        self.post_init()
 
-    def get_input_embeddings(self):
-        return self.embed_tokens
-
-    def set_input_embeddings(self, value):
-        self.embed_tokens = value
-
-    def _add_positions(self, embeds: torch.Tensor, past_length: int) -> torch.Tensor:
-        length = embeds.shape[1]
-        positions = torch.arange(past_length, past_length + length, device=embeds.device)
+    def embed(self, inputs_embeds: torch.Tensor, past_length: int) -> torch.Tensor:
+        """Section 3.4: embeddings multiplied by sqrt(d_model); 3.5: positions added (continuing from the cache while
+        decoding); 5.4: dropout on the sum."""
+        length = inputs_embeds.shape[1]
+        positions = torch.arange(past_length, past_length + length, device=inputs_embeds.device)
         if self.embed_positions is None:  # section 3.5, fixed sinusoids
-            pe = sinusoidal_position_encoding(positions, embeds.shape[-1]).to(embeds.dtype)
+            pe = sinusoidal_position_encoding(positions, inputs_embeds.shape[-1]).to(inputs_embeds.dtype)
         else:  # learned positions (Table 3 row E), a table of max_position_embeddings rows
             table = self.embed_positions.num_embeddings
             if past_length + length > table:
@@ -368,68 +392,64 @@ class _Stack(nn.Module):
                     f"use position_embedding_type='sinusoidal'."
                 )
             pe = self.embed_positions(positions)
-        return embeds + pe.unsqueeze(0)
+        hidden_states = inputs_embeds * self.embed_scale + pe.unsqueeze(0)
+        return nn.functional.dropout(hidden_states, p=self.config.dropout, training=self.training)
 
 
-class VanillaTransformerEncoder(_Stack):
+class VanillaTransformerEncoder(VanillaTransformerStack):
     """Section 3.1: a stack of N identical encoder layers over the scaled, position-encoded embeddings."""
 
-    def __init__(self, config: VanillaTransformerConfig, embed_tokens: nn.Embedding):
-        super().__init__(config, embed_tokens, VanillaTransformerEncoderLayer, config.encoder_layers)
+    _can_record_outputs = {
+        "hidden_states": VanillaTransformerEncoderLayer,
+        "attentions": VanillaTransformerAttention,
+    }
 
+    def __init__(self, config: VanillaTransformerConfig):
+        super().__init__(config, VanillaTransformerEncoderLayer, config.encoder_layers)
+
+    @capture_outputs
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
         attention_mask: torch.Tensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
-        output_attentions: bool | None = None,
-        output_hidden_states: bool | None = None,
-        return_dict: bool | None = None,
         **kwargs,
-    ) -> BaseModelOutput | tuple:
+    ) -> BaseModelOutput:
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("Pass exactly one of `input_ids` and `inputs_embeds` to the encoder.")
         if inputs_embeds is None:
-            _check_token_ids(input_ids, self.config.vocab_size, "input_ids")
+            _check_input_ids(input_ids, self.config.vocab_size, "input_ids")
             inputs_embeds = self.embed_tokens(input_ids)
         elif inputs_embeds.dim() != 3 or inputs_embeds.shape[1] == 0:
             raise ValueError(f"`inputs_embeds` must have shape [batch, length>0, d_model], got {tuple(inputs_embeds.shape)}.")
-        batch, length = inputs_embeds.shape[:2]
-        padding = _check_padding_mask(attention_mask, batch, length, "attention_mask")
-        # Padding keys are masked in every attention (section 3.2.3); [batch, 1, 1, src] broadcasts over queries.
-        mask = None if padding is None else padding[:, None, None, :]
-        output_attentions, output_hidden_states = _output_flags(self.config, output_attentions, output_hidden_states)
+        _check_padding_mask(attention_mask, inputs_embeds.shape[:2], "attention_mask")
 
-        # Section 3.4: embeddings multiplied by sqrt(d_model); 3.5: positions added; 5.4: dropout on the sum.
-        hidden_states = self._add_positions(inputs_embeds * self.embed_scale, 0)
-        hidden_states = nn.functional.dropout(hidden_states, p=self.config.dropout, training=self.training)
-
-        all_hidden, all_attn = (), ()
+        hidden_states = self.embed(inputs_embeds, past_length=0)
+        # Padding keys are masked in every attention (section 3.2.3).
+        attention_mask = create_bidirectional_mask(
+            config=self.config, inputs_embeds=inputs_embeds, attention_mask=attention_mask
+        )
         for layer in self.layers:
-            if output_hidden_states:
-                all_hidden += (hidden_states,)
-            hidden_states, weights = layer(hidden_states, mask, **_attn_kwargs(output_attentions))
-            if output_attentions:
-                all_attn += (weights,)
+            hidden_states = layer(hidden_states, attention_mask, **kwargs)
         if self.layer_norm is not None:
             hidden_states = self.layer_norm(hidden_states)
-        if output_hidden_states:
-            all_hidden += (hidden_states,)
-        out = BaseModelOutput(
-            last_hidden_state=hidden_states,
-            hidden_states=all_hidden or None,
-            attentions=all_attn or None,
-        )
-        return out if _return_dict(self.config, return_dict) else out.to_tuple()
+        return BaseModelOutput(last_hidden_state=hidden_states)
 
 
-class VanillaTransformerDecoder(_Stack):
+class VanillaTransformerDecoder(VanillaTransformerStack):
     """Section 3.1: a stack of N identical decoder layers; self-attention is causal (position i sees positions
     <= i), and cross-attention reads the final encoder output, the same for every layer."""
 
-    def __init__(self, config: VanillaTransformerConfig, embed_tokens: nn.Embedding):
-        super().__init__(config, embed_tokens, VanillaTransformerDecoderLayer, config.decoder_layers)
+    _can_record_outputs = {
+        "hidden_states": VanillaTransformerDecoderLayer,
+        "attentions": OutputRecorder(VanillaTransformerAttention, index=1, layer_name="self_attn"),
+        "cross_attentions": OutputRecorder(VanillaTransformerAttention, index=1, layer_name="encoder_attn"),
+    }
 
+    def __init__(self, config: VanillaTransformerConfig):
+        super().__init__(config, VanillaTransformerDecoderLayer, config.decoder_layers)
+
+    @capture_outputs
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -439,126 +459,71 @@ class VanillaTransformerDecoder(_Stack):
         past_key_values: Cache | None = None,
         inputs_embeds: torch.Tensor | None = None,
         use_cache: bool | None = None,
-        output_attentions: bool | None = None,
-        output_hidden_states: bool | None = None,
-        return_dict: bool | None = None,
         **kwargs,
-    ) -> BaseModelOutputWithPastAndCrossAttentions | tuple:
+    ) -> BaseModelOutputWithPastAndCrossAttentions:
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("Pass exactly one of `decoder_input_ids` and `decoder_inputs_embeds` to the decoder.")
+        if encoder_hidden_states is None:
+            raise ValueError("The decoder needs `encoder_hidden_states` (or the model's `input_ids` / `encoder_outputs`).")
         if use_cache and past_key_values is None:
             past_key_values = EncoderDecoderCache(DynamicCache(config=self.config), DynamicCache(config=self.config))
         past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
-        # Inputs are validated on the first step; later decoding steps feed back the model's own tokens, and each
-        # check is a host sync on an accelerator.
-        first_step = past_length == 0
         if inputs_embeds is None:
-            if first_step:
-                _check_token_ids(input_ids, self.config.vocab_size, "decoder_input_ids")
+            # Later decoding steps feed back the model's own tokens: only the first step's ids need a check.
+            if past_length == 0:
+                _check_input_ids(input_ids, self.config.vocab_size, "decoder_input_ids")
             inputs_embeds = self.embed_tokens(input_ids)
         batch, length = inputs_embeds.shape[:2]
-        if encoder_hidden_states is None:
-            raise ValueError("The decoder needs `encoder_hidden_states` (or the model's `input_ids` / `encoder_outputs`).")
         if encoder_hidden_states.shape[0] != batch:
             raise ValueError(
                 f"Batch size mismatch: the decoder input has {batch} sequences but the encoder output has "
                 f"{encoder_hidden_states.shape[0]}: pass one target (decoder) sequence per source sequence."
             )
-        output_attentions, output_hidden_states = _output_flags(self.config, output_attentions, output_hidden_states)
-
-        self_mask = self._self_attention_mask(attention_mask, batch, length, past_length, inputs_embeds.device)
-        enc_padding = _check_padding_mask(
-            encoder_attention_mask, batch, encoder_hidden_states.shape[1], "attention_mask (encoder)", validate=first_step
+        if attention_mask is not None and past_length and attention_mask.shape[-1] == length:
+            # A mask of only the new positions: the cached ones are real tokens.
+            attention_mask = torch.cat([attention_mask.new_ones(batch, past_length), attention_mask], dim=-1)
+        _check_padding_mask(attention_mask, (batch, past_length + length), "decoder_attention_mask", check_rows=False)
+        # The encoder checked its mask's values; here only its shape (it is read again at every decoding step).
+        _check_padding_mask(
+            encoder_attention_mask, encoder_hidden_states.shape[:2], "attention_mask (encoder)", check_rows=False
         )
-        cross_mask = None if enc_padding is None else enc_padding[:, None, None, :]
 
-        # Positions continue from the cache during incremental decoding.
-        hidden_states = self._add_positions(inputs_embeds * self.embed_scale, past_length)
-        hidden_states = nn.functional.dropout(hidden_states, p=self.config.dropout, training=self.training)
-
-        all_hidden, all_self, all_cross = (), (), ()
+        hidden_states = self.embed(inputs_embeds, past_length)
+        self_attention_cache = (
+            past_key_values.self_attention_cache if isinstance(past_key_values, EncoderDecoderCache) else past_key_values
+        )
+        # Section 3.2.3: "masking out (setting to -inf) all values in the input of the softmax which correspond to
+        # illegal connections" (position i sees positions <= i), and padding keys in both attentions.
+        causal_mask = create_causal_mask(
+            config=self.config,
+            inputs_embeds=inputs_embeds,
+            attention_mask=attention_mask,
+            past_key_values=self_attention_cache,
+        )
+        encoder_attention_mask = create_bidirectional_mask(
+            config=self.config,
+            inputs_embeds=inputs_embeds,
+            attention_mask=encoder_attention_mask,
+            encoder_hidden_states=encoder_hidden_states,
+        )
         for layer in self.layers:
-            if output_hidden_states:
-                all_hidden += (hidden_states,)
-            hidden_states, self_w, cross_w = layer(
+            hidden_states = layer(
                 hidden_states,
-                self_mask,
+                causal_mask,
                 encoder_hidden_states,  # positional, for gradient checkpointing
-                encoder_attention_mask=cross_mask,
+                encoder_attention_mask=encoder_attention_mask,
                 past_key_values=past_key_values,
-                **_attn_kwargs(output_attentions),
+                **kwargs,
             )
-            if output_attentions:
-                all_self += (self_w,)
-                all_cross += (cross_w,)
         if self.layer_norm is not None:
             hidden_states = self.layer_norm(hidden_states)
-        if output_hidden_states:
-            all_hidden += (hidden_states,)
-        out = BaseModelOutputWithPastAndCrossAttentions(
-            last_hidden_state=hidden_states,
-            past_key_values=past_key_values if use_cache else None,
-            hidden_states=all_hidden or None,
-            attentions=all_self or None,
-            cross_attentions=all_cross or None,
-        )
-        return out if _return_dict(self.config, return_dict) else out.to_tuple()
-
-    def _self_attention_mask(self, attention_mask, batch, length, past_length, device) -> torch.Tensor | None:
-        """Causal mask (section 3.2.3: "masking out (setting to -inf) all values in the input of the softmax which
-        correspond to illegal connections"), combined with decoder padding, as bool [batch, 1, q, past + q].
-        Returns None where sdpa's own `is_causal` (or no mask at all, for a single query) is exactly right."""
-        total = past_length + length
-        padding = None
-        if attention_mask is not None:
-            if attention_mask.dim() != 2 or attention_mask.shape[0] != batch or attention_mask.shape[1] not in (length, total):
-                raise ValueError(
-                    f"`decoder_attention_mask` must have shape [batch, target_length] = [{batch}, {length}] (or "
-                    f"[{batch}, {total}] including cached positions), got {tuple(attention_mask.shape)}."
-                )
-            padding = attention_mask.bool() if attention_mask.dtype == torch.bool else attention_mask != 0
-            if padding.shape[1] == length and past_length:
-                padding = torch.cat([padding.new_ones(batch, past_length), padding], dim=1)
-            if bool(padding.all()):
-                padding = None
-        if padding is None and self.config._attn_implementation == "sdpa" and (length == 1 or past_length == 0):
-            return None
-        query_pos = torch.arange(past_length, total, device=device)
-        causal = query_pos[:, None] >= torch.arange(total, device=device)[None, :]  # [q, k]
-        mask = causal[None, None, :, :].expand(batch, 1, length, total)
-        if padding is not None:
-            mask = mask & padding[:, None, None, :]
-            # A query row whose every key is masked (left padding before the first token) would give NaN in
-            # sdpa; let it see itself. Its output is padding and never used.
-            mask = mask | (~mask.any(dim=-1, keepdim=True) & (query_pos[None, None, :, None] == torch.arange(total, device=device)))
-        return mask
-
-
-def _output_flags(config, output_attentions, output_hidden_states):
-    output_attentions = config.output_attentions if output_attentions is None else output_attentions
-    output_hidden_states = config.output_hidden_states if output_hidden_states is None else output_hidden_states
-    if output_attentions and config._attn_implementation != "eager":
-        raise ValueError(
-            f"`output_attentions=True` needs the eager attention path, but the model uses "
-            f"{config._attn_implementation!r}: load it with `attn_implementation='eager'` or call "
-            f"`model.set_attn_implementation('eager')`."
-        )
-    return bool(output_attentions), bool(output_hidden_states)
-
-
-def _attn_kwargs(output_attentions: bool) -> dict:
-    # What the layers pass on to the attention functions: only whether weights are wanted (the bookkeeping kwargs
-    # that generation passes, e.g. `cache_position` for remote code, stop at the stacks).
-    return {"output_attentions": output_attentions} if output_attentions else {}
-
-
-def _return_dict(config, return_dict):
-    return config.return_dict if return_dict is None else return_dict
+        return BaseModelOutputWithPastAndCrossAttentions(last_hidden_state=hidden_states, past_key_values=past_key_values)
 
 
 class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
     """The encoder-decoder of section 3 (Figure 1) without the output projection. One embedding matrix, `shared`, is
-    the input embedding of both stacks (section 3.4: a shared source-target vocabulary)."""
+    the input embedding of both stacks (section 3.4: a shared source-target vocabulary): each stack's `embed_tokens`
+    is tied to it, so it is one tensor in memory and saved once."""
 
     _tied_weights_keys = {
         "encoder.embed_tokens.weight": "shared.weight",
@@ -568,8 +533,8 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
     def __init__(self, config: VanillaTransformerConfig):
         super().__init__(config)
         self.shared = nn.Embedding(config.vocab_size, config.d_model, padding_idx=config.pad_token_id)
-        self.encoder = VanillaTransformerEncoder(config, self.shared)
-        self.decoder = VanillaTransformerDecoder(config, self.shared)
+        self.encoder = VanillaTransformerEncoder(config)
+        self.decoder = VanillaTransformerDecoder(config)
         self.post_init()
 
     def get_input_embeddings(self):
@@ -580,6 +545,7 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
         self.encoder.embed_tokens = value
         self.decoder.embed_tokens = value
 
+    @can_return_tuple
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -591,19 +557,15 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
         inputs_embeds: torch.Tensor | None = None,
         decoder_inputs_embeds: torch.Tensor | None = None,
         use_cache: bool | None = None,
-        output_attentions: bool | None = None,
-        output_hidden_states: bool | None = None,
-        return_dict: bool | None = None,
         **kwargs,
-    ) -> Seq2SeqModelOutput | tuple:
+    ) -> Seq2SeqModelOutput:
+        r"""`kwargs` go to both stacks: `output_attentions` / `output_hidden_states` (collected by transformers'
+        output capture; attention weights need `attn_implementation="eager"`: under sdpa transformers warns once and
+        returns no weights, as for its own models), and attention-implementation arguments. `use_cache` defaults to
+        `config.use_cache` in evaluation mode and to False in training mode, where a cache is never read."""
         if encoder_outputs is None:
             encoder_outputs = self.encoder(
-                input_ids=input_ids,
-                attention_mask=attention_mask,
-                inputs_embeds=inputs_embeds,
-                output_attentions=output_attentions,
-                output_hidden_states=output_hidden_states,
-                return_dict=True,
+                input_ids=input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds, return_dict=True, **kwargs
             )
         elif not isinstance(encoder_outputs, BaseModelOutput):
             encoder_outputs = BaseModelOutput(
@@ -616,7 +578,8 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
                 "Pass `decoder_input_ids` (the target shifted right, starting with `decoder_start_token_id`), or use "
                 "VanillaTransformerForConditionalGeneration with `labels`, which builds them."
             )
-        use_cache = self.config.use_cache if use_cache is None else use_cache
+        if use_cache is None:
+            use_cache = self.config.use_cache and not self.training
         decoder_outputs = self.decoder(
             input_ids=decoder_input_ids,
             attention_mask=decoder_attention_mask,
@@ -625,12 +588,10 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
             past_key_values=past_key_values,
             inputs_embeds=decoder_inputs_embeds,
             use_cache=use_cache,
-            output_attentions=output_attentions,
-            output_hidden_states=output_hidden_states,
             return_dict=True,
             **kwargs,
         )
-        out = Seq2SeqModelOutput(
+        return Seq2SeqModelOutput(
             last_hidden_state=decoder_outputs.last_hidden_state,
             past_key_values=decoder_outputs.past_key_values,
             decoder_hidden_states=decoder_outputs.hidden_states,
@@ -640,16 +601,20 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
             encoder_hidden_states=encoder_outputs.hidden_states,
             encoder_attentions=encoder_outputs.attentions,
         )
-        return out if _return_dict(self.config, return_dict) else out.to_tuple()
 
 
 class SourceLengthLimit(LogitsProcessor):
     """Section 6.1: "We set the maximum output length during inference to input length + 50". Forces `</s>` once a
     hypothesis has `source_length + offset` tokens, per sentence, so that a sentence in a padded batch stops where
-    it would stop alone. Rows are the batch expanded by beams / returned sequences (batch-major)."""
+    it would stop alone. Rows are the batch expanded by beams / returned sequences (batch-major). No host sync: the
+    forced rows are selected with `torch.where`."""
 
-    def __init__(self, source_lengths: torch.Tensor, offset: int, eos_token_id: int, start_length: int = 1):
+    def __init__(
+        self, source_lengths: torch.Tensor, offset: int, eos_token_id: int, start_length: int = 1, cap: int | None = None
+    ):
         self.limits = source_lengths.long() + offset
+        if cap is not None:  # e.g. a learned position table's size
+            self.limits = self.limits.clamp(max=cap)
         self.eos_token_id = eos_token_id
         self.start_length = start_length  # the decoder start token is not part of the output
 
@@ -657,12 +622,9 @@ class SourceLengthLimit(LogitsProcessor):
         limits = self.limits.to(input_ids.device).repeat_interleave(input_ids.shape[0] // self.limits.shape[0])
         generated = input_ids.shape[1] - self.start_length
         done = generated >= limits - 1  # the next token is the last one allowed: it must be </s>
-        if bool(done.any()):
-            forced = torch.full_like(scores[done], torch.finfo(scores.dtype).min)
-            forced[:, self.eos_token_id] = 0.0
-            scores = scores.clone()
-            scores[done] = forced
-        return scores
+        only_eos = torch.full_like(scores[:1], torch.finfo(scores.dtype).min)
+        only_eos[:, self.eos_token_id] = 0.0
+        return torch.where(done[:, None], only_eos, scores)
 
 
 class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedModel, GenerationMixin):
@@ -712,6 +674,7 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
     def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
 
+    @can_return_tuple
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -724,16 +687,14 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         decoder_inputs_embeds: torch.Tensor | None = None,
         labels: torch.LongTensor | None = None,
         use_cache: bool | None = None,
-        output_attentions: bool | None = None,
-        output_hidden_states: bool | None = None,
-        return_dict: bool | None = None,
         num_items_in_batch: int | torch.Tensor | None = None,
         **kwargs,
-    ) -> Seq2SeqLMOutput | tuple:
+    ) -> Seq2SeqLMOutput:
         r"""`labels` [batch, target_length], padded with -100: the loss is the cross-entropy of the next token,
-        averaged over target tokens (or summed and divided by `num_items_in_batch` when the Trainer passes it, so
-        that gradient accumulation and data parallelism give the same loss and gradients; HF_V5_NOTES fact 7).
-        Label smoothing (section 5.4) is applied by the trainer, which also reports this plain NLL."""
+        averaged over target tokens, or summed and divided by `num_items_in_batch` when the Trainer passes it (the
+        target tokens of the whole optimizer step), so that gradient accumulation and data parallelism give the same
+        loss and gradients. Label smoothing (section 5.4) is applied by the trainer, which also reports this plain
+        NLL. Other `kwargs` as for `VanillaTransformerModel.forward`."""
         if labels is not None:
             use_cache = False
             if decoder_input_ids is None and decoder_inputs_embeds is None:
@@ -748,8 +709,6 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
             inputs_embeds=inputs_embeds,
             decoder_inputs_embeds=decoder_inputs_embeds,
             use_cache=use_cache,
-            output_attentions=output_attentions,
-            output_hidden_states=output_hidden_states,
             return_dict=True,
             **kwargs,
         )
@@ -761,15 +720,17 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
             if labels.shape[0] != logits.shape[0]:
                 raise ValueError(f"`labels` has {labels.shape[0]} rows but the batch has {logits.shape[0]}.")
             loss = nn.functional.cross_entropy(
-                logits.float().view(-1, logits.shape[-1]), labels.to(logits.device).view(-1),
-                ignore_index=-100, reduction="sum",
+                logits.float().view(-1, logits.shape[-1]),
+                labels.to(logits.device).view(-1),
+                ignore_index=-100,
+                reduction="sum",
             )
             denominator = num_items_in_batch if num_items_in_batch is not None else (labels != -100).sum()
             if isinstance(denominator, torch.Tensor):
                 denominator = denominator.to(loss.device)
             loss = loss / denominator
 
-        out = Seq2SeqLMOutput(
+        return Seq2SeqLMOutput(
             loss=loss,
             logits=logits,
             past_key_values=outputs.past_key_values,
@@ -780,30 +741,57 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
             encoder_hidden_states=outputs.encoder_hidden_states,
             encoder_attentions=outputs.encoder_attentions,
         )
-        return out if _return_dict(self.config, return_dict) else out.to_tuple()
 
     @torch.no_grad()
     def generate(self, inputs: torch.Tensor | None = None, generation_config=None, logits_processor=None, **kwargs):
-        """`GenerationMixin.generate`, with the paper's maximum output length (section 6.1: input length + 50) applied
-        per sentence when the call sets no length of its own: the generation config's `source_length_offset` (50 in
-        the shipped config; None to turn this off) is added to each source's length."""
+        """`GenerationMixin.generate`, with two additions.
+
+        - The paper's maximum output length (section 6.1: input length + 50), per sentence, when the call sets no
+          length of its own: the generation config's `source_length_offset` (50 in the shipped config; None turns
+          it off) is added to each source's length, taken from `attention_mask`, else from the non-padding
+          `input_ids`, else from the length of `inputs_embeds` / `encoder_outputs`; with learned positions, capped
+          at the position table.
+        - Continuing from a returned cache: `decoder_input_ids` with `past_key_values` are read as the whole target
+          so far (as `generate` returns it), of which the cache holds a prefix. transformers tells that reading from
+          a `decoder_attention_mask` covering the whole target; without one it would feed every target token again
+          on top of the cache, so one is supplied. A cache that already holds every given token is cropped by one
+          step, so that the last token is fed again and yields the next token's scores."""
         gen_config = generation_config if generation_config is not None else self.generation_config
         offset = getattr(gen_config, "source_length_offset", None)
         explicit_length = any(kwargs.get(k) is not None for k in ("max_length", "max_new_tokens")) or (
             generation_config is not None and generation_config.max_new_tokens is not None
         )
-        source = inputs if inputs is not None else kwargs.get("input_ids")
-        if offset is not None and not explicit_length and source is not None and source.dim() == 2:
-            mask = kwargs.get("attention_mask")
-            if mask is None:
-                mask = source.ne(self.config.pad_token_id)
-            lengths = mask.long().sum(dim=-1)
-            limit = SourceLengthLimit(lengths, offset, self.config.eos_token_id)
-            logits_processor = LogitsProcessorList([*(logits_processor or []), limit])
-            kwargs["max_new_tokens"] = int(lengths.max().item()) + offset
+        if offset is not None and not explicit_length:
+            lengths = self._source_lengths(inputs if inputs is not None else kwargs.get("input_ids"), kwargs)
+            if lengths is not None:
+                # Learned positions (not the paper) end with their table: the start token and the output must fit.
+                cap = self.config.max_position_embeddings - 1 if self.config.position_embedding_type == "learned" else None
+                limit = SourceLengthLimit(lengths, offset, self.config.eos_token_id, cap=cap)
+                logits_processor = LogitsProcessorList([*(logits_processor or []), limit])
+                kwargs["max_new_tokens"] = int(limit.limits.max())
+
+        cache, target = kwargs.get("past_key_values"), kwargs.get("decoder_input_ids")
+        if cache is not None and target is not None and cache.get_seq_length() > 0:
+            if cache.get_seq_length() >= target.shape[1]:
+                cache.crop(target.shape[1] - 1 - cache.get_seq_length())  # (crop takes the number to drop, negated)
+            if kwargs.get("decoder_attention_mask") is None:
+                kwargs["decoder_attention_mask"] = torch.ones_like(target)
         return super().generate(
             inputs, generation_config=generation_config, logits_processor=logits_processor, **kwargs
         )
+
+    def _source_lengths(self, source_ids: torch.Tensor | None, kwargs: dict) -> torch.Tensor | None:
+        """Each source sentence's length in tokens, from whatever the `generate` call was given."""
+        if kwargs.get("attention_mask") is not None:
+            return kwargs["attention_mask"].long().sum(dim=-1)
+        if source_ids is not None and source_ids.dim() == 2:
+            return source_ids.ne(self.config.pad_token_id).long().sum(dim=-1)
+        embeds = kwargs.get("inputs_embeds")
+        if embeds is None and kwargs.get("encoder_outputs") is not None:
+            embeds = kwargs["encoder_outputs"][0]
+        if embeds is not None:
+            return torch.full((embeds.shape[0],), embeds.shape[1], device=embeds.device)
+        return None
 
 
 __all__ = [
