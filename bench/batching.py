@@ -39,13 +39,8 @@ import torch  # noqa: E402
 from transformers import DataCollatorForSeq2Seq  # noqa: E402
 
 from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration  # noqa: E402
-from vanilla_transformer.data import (  # noqa: E402
-    MODEL_INPUT_COLUMNS,
-    TokenBatchSampler,
-    load_parallel_corpus,
-    padding_stats,
-    tokenize_corpus,
-)
+from vanilla_transformer.batching import TokenBatchSampler, padding_stats  # noqa: E402
+from vanilla_transformer.data import MODEL_INPUT_COLUMNS, load_parallel_corpus, tokenize_corpus  # noqa: E402
 
 MULTI30K = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
 

@@ -18,13 +18,8 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import DataCollatorForSeq2Seq, PreTrainedTokenizerFast
 
-from vanilla_transformer.data import (
-    MODEL_INPUT_COLUMNS,
-    TokenBatchSampler,
-    load_parallel_corpus,
-    padding_stats,
-    tokenize_corpus,
-)
+from vanilla_transformer.batching import TokenBatchSampler, padding_stats
+from vanilla_transformer.data import MODEL_INPUT_COLUMNS, load_parallel_corpus, tokenize_corpus
 
 MULTI30K = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
 M30K_SPLITS = {"validation": "val", "test": "test_2016_flickr"}
