@@ -272,6 +272,30 @@ def test_error_malformed_tsv_row(tmp_path, cache):
         load_parallel_corpus(tmp_path / "bad.tsv", "en", "de", splits=("train",), cache_dir=cache)
 
 
+@pytest.mark.parametrize("bad_line, line, fields", [
+    ("c", 3, 1),              # a field missing (pandas would fill it with "")
+    ("", 3, 1),               # a blank line
+    ("c\td\te", 2, 3),        # one too many in the first row (pandas would make the first column an index)
+    ("c\td\te", 5000, 3),     # ... and far into the file
+])
+def test_error_malformed_tsv_row_wherever_it_is(tmp_path, cache, bad_line, line, fields):
+    rows = [f"a{i}\tb{i}" for i in range(6000)]
+    rows[line - 2] = bad_line  # rows start at line 2, after the header
+    path = tmp_path / "bad.tsv.gz"
+    with gzip.open(path, "wt", encoding="utf-8") as f:
+        f.write("en\tde\n" + "\n".join(rows) + "\n")
+    with pytest.raises(ValueError, match=rf"Line {line} of .*bad\.tsv\.gz' has {fields} tab-separated fields, the header \['en', 'de'\] has 2"):
+        load_parallel_corpus(path, "en", "de", splits=("train",), cache_dir=cache)
+
+
+def test_tsv_line_ends_and_spaces(tmp_path, cache):
+    # CRLF line ends are removed (header included); a lone "\r" inside a sentence and outer spaces are kept.
+    (tmp_path / "crlf.tsv").write_bytes(b"en\tde\r\n A dog. \tEin Hund.\r\nTwo\rcats.\tZwei\rKatzen.\r\nx\t\r\n")
+    ds = load_parallel_corpus(tmp_path / "crlf.tsv", "en", "de", splits=("train",), cache_dir=cache)["train"]
+    assert ds["source"][:] == [" A dog. ", "Two\rcats.", "x"]
+    assert ds["target"][:] == ["Ein Hund.", "Zwei\rKatzen.", ""]
+
+
 # ----------------------------------------------------------------------------------------------------
 # Tokenizing and filtering
 # ----------------------------------------------------------------------------------------------------

@@ -19,7 +19,9 @@ label_pad_token_id=-100)` pads `input_ids` (and builds `attention_mask`) and pad
 
 from __future__ import annotations
 
+import csv
 import gzip
+import itertools
 import logging
 import os
 from collections.abc import Iterator, Mapping, Sequence
@@ -27,6 +29,7 @@ from pathlib import Path
 
 import datasets
 import numpy as np
+import pyarrow.compute as pc
 
 logger = logging.getLogger(__name__)
 
@@ -303,15 +306,17 @@ def _strip_eol(line: str) -> str:
     return line[:-1] if line.endswith("\r") else line  # CRLF files
 
 
-def _count_lines(path: Path) -> int:
-    """Lines as `_open_text` splits them (a last line without "\\n" counts), read in binary for speed."""
+def _count_lines(path: Path) -> tuple[int, int]:
+    """(lines, tabs): lines as `_open_text` splits them (a last line without "\\n" counts) and tab characters,
+    read in binary for speed."""
     opener = gzip.open if path.name.endswith(".gz") else open
-    count, last = 0, b"\n"
+    lines, tabs, last = 0, 0, b"\n"
     with opener(path, "rb") as f:
         while chunk := f.read(1 << 20):
-            count += chunk.count(b"\n")
+            lines += chunk.count(b"\n")
+            tabs += chunk.count(b"\t")
             last = chunk[-1:]
-    return count + (last != b"\n")
+    return lines + (last != b"\n"), tabs
 
 
 def _file_stamp(path: Path) -> tuple[str, int, int]:
@@ -328,7 +333,7 @@ def _generate_line_pairs(src_stamp, tgt_stamp) -> Iterator[dict[str, str]]:
 
 def _load_line_files(src_file: Path, tgt_file: Path, split: str, cache_dir) -> datasets.Dataset:
     # Counted before anything is built so that a bad corpus fails at once, with both numbers.
-    counts = {f: _count_lines(f) for f in (src_file, tgt_file)}
+    counts = {f: _count_lines(f)[0] for f in (src_file, tgt_file)}
     for f, n in counts.items():
         if n == 0:
             raise ValueError(f"Data file {str(f)!r} is empty: it must hold one sentence per line.")
@@ -349,48 +354,59 @@ def _load_line_files(src_file: Path, tgt_file: Path, split: str, cache_dir) -> d
     )
 
 
-def _generate_tsv_rows(stamp, column_names) -> Iterator[dict[str, str]]:
-    path = Path(stamp[0])
+def _check_fields(path: Path, header: list[str], stop: int | None = None) -> None:
+    """Raise for the first of the first `stop` lines whose number of tab-separated fields is not the header's."""
     with _open_text(path) as f:
-        header = list(column_names) if column_names else _strip_eol(next(f)).split("\t")
-        first = 1 if column_names else 2
-        for number, line in enumerate(f, start=first):
+        for number, line in enumerate(itertools.islice(f, stop), start=1):
             fields = _strip_eol(line).split("\t")
             if len(fields) != len(header):
                 raise ValueError(
                     f"Line {number} of {str(path)!r} has {len(fields)} tab-separated fields, the header "
                     f"{header} has {len(header)}: fix the line (a tab inside a sentence?)."
                 )
-            yield dict(zip(header, fields))
+
+
+def _strip_cr_batch(batch: dict[str, list], column: str) -> dict[str, list]:
+    return {column: [value[:-1] if value.endswith("\r") else value for value in batch[column]]}
+
+
+def _load_tsv(path: Path, split: str, column_names, cache_dir) -> datasets.Dataset:
+    lines, tabs = _count_lines(path)
+    if lines <= (0 if column_names else 1):
+        raise ValueError(f"Data file {str(path)!r} is empty: it must hold a header row and one pair per line.")
+    with _open_text(path) as f:
+        header = list(column_names) if column_names else _strip_eol(f.readline()).split("\t")
+    if len(set(header)) != len(header) or not all(header):
+        raise ValueError(f"The columns of {str(path)!r} are {header}: they must be distinct, non-empty names.")
+    # pandas takes a first row with one field too many as an index column and silently fills missing fields with
+    # "": the first row is checked here, pandas rejects the other long ones, and the tab count the short ones.
+    _check_fields(path, header, stop=2)
+    try:
+        # The "csv" builder (pandas) with its conversions off, each of which silently changes a sentence: no
+        # quoting, no "NA"/"null" as missing values, text columns ("1984" stays a string), lines ending at "\n"
+        # only (see `_open_text`). The header row is skipped and named here, so that CRLF cannot rename a column.
+        ds = datasets.load_dataset(
+            "csv", data_files={split: str(path)}, split=split, cache_dir=cache_dir, sep="\t", quoting=csv.QUOTE_NONE,
+            keep_default_na=False, lineterminator="\n", skip_blank_lines=False, index_col=False, column_names=header,
+            skiprows=0 if column_names else 1, features=datasets.Features({c: datasets.Value("string") for c in header}),
+        )
+    except datasets.exceptions.DatasetGenerationError:
+        _check_fields(path, header)  # a line with too many fields: name it
+        raise
+    if tabs != lines * (len(header) - 1):  # a line with too few fields
+        _check_fields(path, header)
+    last = ds.data.column(header[-1])
+    if pc.any(pc.ends_with(last, "\r")).as_py():  # CRLF line ends
+        ds = ds.map(_strip_cr_batch, batched=True, fn_kwargs={"column": header[-1]}, desc="Removing CR")
+    return ds
 
 
 def _load_table_file(path: Path, split: str, column_names, cache_dir) -> datasets.Dataset:
     name = path.name.removesuffix(".gz")
     if name.endswith(".tsv"):
-        # Parsed by hand rather than with the "csv" builder (pandas): pandas reads quotes as quoting,
-        # "NA"/"null" as missing values, "1984" as a number, and takes a row with one field too many
-        # as an index column -- each silently changes a sentence.
-        if _count_lines(path) <= (0 if column_names else 1):
-            raise ValueError(f"Data file {str(path)!r} is empty: it must hold a header row and one pair per line.")
-        with _open_text(path) as f:
-            header = list(column_names) if column_names else _strip_eol(f.readline()).split("\t")
-        if len(set(header)) != len(header) or not all(header):
-            raise ValueError(f"The columns of {str(path)!r} are {header}: they must be distinct, non-empty names.")
-        try:
-            return datasets.Dataset.from_generator(
-                _generate_tsv_rows,
-                features=datasets.Features({c: datasets.Value("string") for c in header}),
-                # A tuple: `from_generator` would treat a list argument as a list of shards.
-                gen_kwargs={"stamp": _file_stamp(path), "column_names": tuple(column_names) if column_names else None},
-                cache_dir=cache_dir,
-                split=datasets.NamedSplit(split),
-            )
-        except datasets.exceptions.DatasetGenerationError as error:
-            if isinstance(error.__cause__, ValueError):  # ours, about a malformed line: surface it as is
-                raise ValueError(str(error.__cause__)) from error
-            raise
+        return _load_tsv(path, split, column_names, cache_dir)
     if name.endswith((".jsonl", ".json")):
-        if _count_lines(path) == 0:
+        if _count_lines(path)[0] == 0:
             raise ValueError(f"Data file {str(path)!r} is empty: it must hold one JSON object per line.")
         return datasets.load_dataset("json", data_files={split: str(path)}, cache_dir=cache_dir)[split]
     raise ValueError(
