@@ -32,7 +32,6 @@ import time
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
@@ -42,7 +41,8 @@ from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForC
 from vanilla_transformer.batching import TokenBatchSampler, padding_stats  # noqa: E402
 from vanilla_transformer.data import MODEL_INPUT_COLUMNS, load_parallel_corpus, tokenize_corpus  # noqa: E402
 
-MULTI30K = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
+from _data import MULTI30K  # noqa: E402  (bench/, the script's directory)
+
 
 
 def parse_args() -> argparse.Namespace:
