@@ -7,7 +7,7 @@ environment set here, before anything imports an HF library (HUB_TESTING.md).
 import os
 
 import pytest
-from hub_server import start_session_hub  # standard library only; must come before any HF import
+from support.hub_server import start_session_hub  # standard library only; must come before any HF import
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # HF_ENDPOINT -> loopback, HF_TOKEN -> its test token, a fresh temporary HF_HOME, HF_HUB_DISABLE_XET=1, HF_HUB_OFFLINE=1.

@@ -1,4 +1,4 @@
-"""Publishing and using a trained model end to end, against the loopback Hub (tests/hub_server.py).
+"""Publishing and using a trained model end to end, against the loopback Hub (tests/support/hub_server.py).
 
 `train.py --push_to_hub` trains a tiny model on 500 real Multi30k pairs: the Trainer commits during training
 (`hub_strategy="every_save"`) and at the end, and `hub.push_run` publishes the final model with its card, plots

@@ -35,7 +35,7 @@ Not covered, unlike the real Hub: Xet storage (the client must run with HF_HUB_D
 gated repos, rate limits, the Hub's full metadata validation, `safetensors`/`transformersInfo` in model_info,
 canonical repo ids without a namespace, and concurrency conflicts other than a stale `parentCommit`.
 
-Run as a script (`python tests/hub_server.py --max-seconds 90`) it prints its endpoints as one JSON line and
+Run as a script (`python tests/support/hub_server.py --max-seconds 90`) it prints its endpoints as one JSON line and
 serves until the bound or Ctrl-C.
 """
 
