@@ -1,7 +1,7 @@
 """Test session set-up: offline by default, with a loopback Hub for the tests that push and pull.
 
 huggingface_hub freezes its endpoint, cache paths and offline flag at import, so the loopback Hub is started and the
-environment set here, before anything imports an HF library (HUB_TESTING.md).
+environment set here, before anything imports an HF library.
 """
 
 import os

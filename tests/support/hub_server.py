@@ -5,8 +5,7 @@ from the package registries. This module speaks enough of the Hub's HTTP API tha
 `huggingface_hub` (2.4) and `transformers` (5.23) clients run against it unchanged: `create_repo`,
 `upload_folder` / `create_commit` (inline and LFS, single-part and multipart), `create_branch` / `create_tag`,
 `model_info`, `list_repo_tree`, `list_repo_commits`, `hf_hub_download`, `snapshot_download`,
-`from_pretrained` and `push_to_hub`. The contract it implements, and why each answer looks the way it does,
-is described in ../shared/HUB_TESTING.md; the comments below say which client behaviour each answer serves.
+`from_pretrained` and `push_to_hub`. The comments below say which client behaviour each answer serves.
 
     with LoopbackHub() as hub:                    # binds 127.0.0.1 on two free ports, stops on exit
         env = hub.client_env(hf_home=tmp_dir)     # HF_ENDPOINT, HF_TOKEN, HF_HUB_DISABLE_XET=1, ...
