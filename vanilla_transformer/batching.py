@@ -112,7 +112,8 @@ class TokenBatchSampler(torch.utils.data.Sampler[list[int]]):
         # Through Arrow (honours a filter's index mapping), without building a Python list per row.
         if {"src_len", "tgt_len"} <= set(dataset.column_names):
             lengths = dataset.with_format("arrow").select_columns(["src_len", "tgt_len"])[:]
-            return cls(lengths.column("src_len").to_numpy(), lengths.column("tgt_len").to_numpy(), max_tokens, **kwargs)
+            src, tgt = lengths.column("src_len").to_numpy(), lengths.column("tgt_len").to_numpy()
+            return cls(src, tgt, max_tokens, **kwargs)
         if {"input_ids", "labels"} <= set(dataset.column_names):
             lengths = dataset.with_format("arrow").select_columns(["input_ids", "labels"])[:]
             src = lengths.column("input_ids").combine_chunks().value_lengths().to_numpy()

@@ -381,6 +381,7 @@ def _load_tsv(path: Path, split: str, column_names, cache_dir) -> datasets.Datas
     # pandas takes a first row with one field too many as an index column and silently fills missing fields with
     # "": the first row is checked here, pandas rejects the other long ones, and the tab count the short ones.
     _check_fields(path, header, stop=2)
+    features = datasets.Features({column: datasets.Value("string") for column in header})
     try:
         # The "csv" builder (pandas) with its conversions off, each of which silently changes a sentence: no
         # quoting, no "NA"/"null" as missing values, text columns ("1984" stays a string), lines ending at "\n"
@@ -388,7 +389,7 @@ def _load_tsv(path: Path, split: str, column_names, cache_dir) -> datasets.Datas
         ds = datasets.load_dataset(
             "csv", data_files={split: str(path)}, split=split, cache_dir=cache_dir, sep="\t", quoting=csv.QUOTE_NONE,
             keep_default_na=False, lineterminator="\n", skip_blank_lines=False, index_col=False, column_names=header,
-            skiprows=0 if column_names else 1, features=datasets.Features({c: datasets.Value("string") for c in header}),
+            skiprows=0 if column_names else 1, features=features,
         )
     except datasets.exceptions.DatasetGenerationError:
         _check_fields(path, header)  # a line with too many fields: name it

@@ -119,7 +119,7 @@ class TranslationPipeline(Pipeline):
                 f"TranslationPipeline translates strings, got {type(text).__name__} ({text!r:.60}): pass a "
                 "string or a list of strings."
             )
-        max_length = max_input_length if max_input_length is not None else input_length_limit(self.model.config, self.tokenizer)
+        max_length = max_input_length or input_length_limit(self.model.config, self.tokenizer)
         return self.tokenizer(
             text,
             truncation=bool(truncation) and max_length is not None,
