@@ -32,22 +32,17 @@ import time
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from transformers import DataCollatorForSeq2Seq  # noqa: E402
 
 from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration  # noqa: E402
-from vanilla_transformer.data import (  # noqa: E402
-    MODEL_INPUT_COLUMNS,
-    TokenBatchSampler,
-    load_parallel_corpus,
-    padding_stats,
-    tokenize_corpus,
-)
+from vanilla_transformer.batching import TokenBatchSampler, padding_stats  # noqa: E402
+from vanilla_transformer.data import MODEL_INPUT_COLUMNS, load_parallel_corpus, tokenize_corpus  # noqa: E402
 
-MULTI30K = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
+from _data import MULTI30K  # noqa: E402  (bench/, the script's directory)
+
 
 
 def parse_args() -> argparse.Namespace:

@@ -35,8 +35,6 @@ This is a benchmark, not a test: it asserts nothing about speed.
 from __future__ import annotations
 
 import argparse
-import gzip
-import itertools
 import logging
 import os
 import platform
@@ -60,8 +58,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration  # noqa: E402
 from vanilla_transformer.modeling_vanilla_transformer import sinusoidal_position_encoding  # noqa: E402
 
+from _data import MULTI30K, read_lines  # noqa: E402  (bench/, the script's directory)
 
-DATA_DIR = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
 
 # Per-preset defaults, chosen so that the default run (small + base, 2 CPU cores) stays within ~6 minutes.
 # `base` is ~8x the compute of `small`, hence smaller batches and fewer repetitions on CPU.
@@ -75,14 +73,6 @@ PRESET_DEFAULTS = {
 # ----------------------------------------------------------------------------------------------------------------
 # Data: real Multi30k sentences, one shared tokenizer, identical tensors for every model.
 # ----------------------------------------------------------------------------------------------------------------
-
-
-def read_lines(path: Path, limit: int | None = None) -> list[str]:
-    if not path.exists():
-        raise ValueError(f"Data file {str(path)!r} not found: pass `--data-dir` pointing at the multi30k directory.")
-    with gzip.open(path, "rt", encoding="utf-8") as handle:
-        lines = [line.rstrip("\n") for line in itertools.islice(handle, limit)]
-    return lines
 
 
 def build_tokenizer(data_dir: Path, vocab_size: int, sentences: int):
@@ -563,7 +553,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--skip-train", action="store_true", help="time generation only")
     parser.add_argument("--skip-generate", action="store_true", help="time the training step only")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--data-dir", type=Path, default=DATA_DIR, help="directory with Multi30k *.en.gz / *.de.gz")
+    parser.add_argument("--data-dir", type=Path, default=MULTI30K, help="directory with Multi30k *.en.gz / *.de.gz")
     args = parser.parse_args(argv)
 
     args.presets = [p.strip() for p in args.presets.split(",") if p.strip()]

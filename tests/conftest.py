@@ -1,13 +1,13 @@
 """Test session set-up: offline by default, with a loopback Hub for the tests that push and pull.
 
 huggingface_hub freezes its endpoint, cache paths and offline flag at import, so the loopback Hub is started and the
-environment set here, before anything imports an HF library (HUB_TESTING.md).
+environment set here, before anything imports an HF library.
 """
 
 import os
 
 import pytest
-from hub_server import start_session_hub  # standard library only; must come before any HF import
+from support.hub_server import start_session_hub  # standard library only; must come before any HF import
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # HF_ENDPOINT -> loopback, HF_TOKEN -> its test token, a fresh temporary HF_HOME, HF_HUB_DISABLE_XET=1, HF_HUB_OFFLINE=1.

@@ -9,7 +9,6 @@ import json
 import logging
 import math
 from collections import Counter
-from pathlib import Path
 
 import datasets
 import numpy as np
@@ -18,23 +17,12 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import DataCollatorForSeq2Seq, PreTrainedTokenizerFast
 
-from vanilla_transformer.data import (
-    MODEL_INPUT_COLUMNS,
-    TokenBatchSampler,
-    load_parallel_corpus,
-    padding_stats,
-    tokenize_corpus,
-)
+from helpers import MULTI30K, read_multi30k
+from vanilla_transformer.batching import TokenBatchSampler, padding_stats
+from vanilla_transformer.data import MODEL_INPUT_COLUMNS, load_parallel_corpus, tokenize_corpus
 
-MULTI30K = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
 M30K_SPLITS = {"validation": "val", "test": "test_2016_flickr"}
 EOS = 2
-
-
-def read_lines(path, n=None):
-    with gzip.open(path, "rt", encoding="utf-8") as f:
-        lines = [line.rstrip("\n") for line in f]
-    return lines if n is None else lines[:n]
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +47,7 @@ def _make_tokenizer(texts, post_processor=True):
 @pytest.fixture(scope="module")
 def tokenizer():
     # A small shared BPE (the project's tokenizer has its own tests); it appends </s> like the real one.
-    texts = read_lines(MULTI30K / "train.en.gz", 1500) + read_lines(MULTI30K / "train.de.gz", 1500)
+    texts = read_multi30k("train.en.gz", 1500) + read_multi30k("train.de.gz", 1500)
     return _make_tokenizer(texts)
 
 
@@ -83,7 +71,7 @@ def train_lengths(multi30k, tokenizer):
 
 def test_multi30k_gz_directory_matches_the_files(multi30k):
     for split, stem in (("train", "train"), ("validation", "val"), ("test", "test_2016_flickr")):
-        en, de = read_lines(MULTI30K / f"{stem}.en.gz"), read_lines(MULTI30K / f"{stem}.de.gz")
+        en, de = read_multi30k(f"{stem}.en.gz"), read_multi30k(f"{stem}.de.gz")
         ds = multi30k[split]
         assert ds.column_names == ["source", "target"]
         assert len(ds) == len(en) == len(de)
@@ -97,7 +85,7 @@ def test_direction_swap(multi30k, cache):
     assert de_en["validation"]["source"][:] == multi30k["validation"]["target"][:]
     assert de_en["validation"]["target"][:] == multi30k["validation"]["source"][:]
     fr = load_parallel_corpus(MULTI30K, "en", "fr", splits=("validation",), split_names={"validation": "val"}, cache_dir=cache)
-    assert fr["validation"][3]["target"] == read_lines(MULTI30K / "val.fr.gz")[3]
+    assert fr["validation"][3]["target"] == read_multi30k("val.fr.gz")[3]
 
 
 def test_plain_directory_keeps_lines_aligned(tmp_path, cache):
@@ -110,7 +98,7 @@ def test_plain_directory_keeps_lines_aligned(tmp_path, cache):
 
 
 def test_plain_and_gz_give_the_same_rows(tmp_path, cache):
-    en, de = read_lines(MULTI30K / "val.en.gz", 50), read_lines(MULTI30K / "val.de.gz", 50)
+    en, de = read_multi30k("val.en.gz", 50), read_multi30k("val.de.gz", 50)
     (tmp_path / "dev.en").write_text("\n".join(en) + "\n", encoding="utf-8")
     with gzip.open(tmp_path / "dev.de.gz", "wt", encoding="utf-8") as f:  # mixed plain / gz is fine
         f.write("\n".join(de) + "\n")
@@ -277,6 +265,31 @@ def test_error_malformed_tsv_row(tmp_path, cache):
         load_parallel_corpus(tmp_path / "bad.tsv", "en", "de", splits=("train",), cache_dir=cache)
 
 
+@pytest.mark.parametrize("bad_line, line, fields", [
+    ("c", 3, 1),              # a field missing (pandas would fill it with "")
+    ("", 3, 1),               # a blank line
+    ("c\td\te", 2, 3),        # one too many in the first row (pandas would make the first column an index)
+    ("c\td\te", 5000, 3),     # ... and far into the file
+])
+def test_error_malformed_tsv_row_wherever_it_is(tmp_path, cache, bad_line, line, fields):
+    rows = [f"a{i}\tb{i}" for i in range(6000)]
+    rows[line - 2] = bad_line  # rows start at line 2, after the header
+    path = tmp_path / "bad.tsv.gz"
+    with gzip.open(path, "wt", encoding="utf-8") as f:
+        f.write("en\tde\n" + "\n".join(rows) + "\n")
+    message = rf"Line {line} of .*bad\.tsv\.gz' has {fields} tab-separated fields, the header \['en', 'de'\] has 2:"
+    with pytest.raises(ValueError, match=message):
+        load_parallel_corpus(path, "en", "de", splits=("train",), cache_dir=cache)
+
+
+def test_tsv_line_ends_and_spaces(tmp_path, cache):
+    # CRLF line ends are removed (header included); a lone "\r" inside a sentence and outer spaces are kept.
+    (tmp_path / "crlf.tsv").write_bytes(b"en\tde\r\n A dog. \tEin Hund.\r\nTwo\rcats.\tZwei\rKatzen.\r\nx\t\r\n")
+    ds = load_parallel_corpus(tmp_path / "crlf.tsv", "en", "de", splits=("train",), cache_dir=cache)["train"]
+    assert ds["source"][:] == [" A dog. ", "Two\rcats.", "x"]
+    assert ds["target"][:] == ["Ein Hund.", "Zwei\rKatzen.", ""]
+
+
 # ----------------------------------------------------------------------------------------------------
 # Tokenizing and filtering
 # ----------------------------------------------------------------------------------------------------
@@ -339,7 +352,7 @@ def test_filtering_counts_per_split(multi30k, tokenizer, caplog):
 
 
 def test_tokenize_rejects_a_tokenizer_without_eos(multi30k):
-    bare = _make_tokenizer(read_lines(MULTI30K / "val.en.gz", 200), post_processor=False)
+    bare = _make_tokenizer(read_multi30k("val.en.gz", 200), post_processor=False)
     with pytest.raises(ValueError, match="post-processor"):
         tokenize_corpus(datasets.DatasetDict({"train": multi30k["validation"].select(range(5))}), bare)
 
@@ -355,7 +368,7 @@ def test_tokenize_argument_errors(multi30k, tokenizer):
 
 
 def test_tokenize_num_proc_and_cache(tmp_path, tokenizer, cache):
-    en, de = read_lines(MULTI30K / "val.en.gz", 300), read_lines(MULTI30K / "val.de.gz", 300)
+    en, de = read_multi30k("val.en.gz", 300), read_multi30k("val.de.gz", 300)
     _pair_dir(tmp_path, en, de)
     dsd = load_parallel_corpus(tmp_path, "en", "de", splits=("train",), cache_dir=cache)
     first = tokenize_corpus(dsd, tokenizer)["train"]
@@ -369,7 +382,7 @@ def test_tokenize_num_proc_and_cache(tmp_path, tokenizer, cache):
 
 def test_project_tokenizer_works_if_present(multi30k):
     tokenization = pytest.importorskip("vanilla_transformer.tokenization")
-    tok = tokenization.train_tokenizer(read_lines(MULTI30K / "val.en.gz") + read_lines(MULTI30K / "val.de.gz"), vocab_size=1000)
+    tok = tokenization.train_tokenizer(read_multi30k("val.en.gz") + read_multi30k("val.de.gz"), vocab_size=1000)
     out = tokenize_corpus(datasets.DatasetDict({"train": multi30k["validation"].select(range(20))}), tok)["train"]
     assert all(ids[-1] == tok.eos_token_id for ids in out["labels"])
 

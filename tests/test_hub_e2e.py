@@ -1,4 +1,4 @@
-"""Publishing and using a trained model end to end, against the loopback Hub (tests/hub_server.py).
+"""Publishing and using a trained model end to end, against the loopback Hub (tests/support/hub_server.py).
 
 `train.py --push_to_hub` trains a tiny model on 500 real Multi30k pairs: the Trainer commits during training
 (`hub_strategy="every_save"`) and at the end, and `hub.push_run` publishes the final model with its card, plots
@@ -192,6 +192,22 @@ def test_repo_holds_exactly_the_expected_files(run, tmp_path):
     info = HfApi().model_info(run["repo"], files_metadata=True)
     assert info.config["auto_map"] == config["auto_map"]
     assert next(s for s in info.siblings if s.rfilename == "model.safetensors").lfs is not None
+
+
+def test_the_card_pushed_is_the_one_in_the_output_directory(run, hub, tmp_path):
+    # push_run writes the card (and results given from elsewhere) where it uploads from: upload_folder.
+    plain = tmp_path / "plain"
+    shutil.copytree(run["out"], plain, ignore=shutil.ignore_patterns("checkpoint-*", "results.json", "README.md"))
+    (tmp_path / "elsewhere.json").write_text(json.dumps(run["results"]) + "\n", encoding="utf-8")
+    repo = f"{hub.user}/{unique('local-card')}"
+    push_run(plain, repo, results=tmp_path / "elsewhere.json")
+    local = Path(snapshot_download(repo, local_dir=tmp_path / "snapshot"))
+    published = set(HfApi().list_repo_files(repo)) - {".gitattributes"}
+    assert {"README.md", "results.json"} <= published
+    for name in published:
+        assert (local / name).read_bytes() == (plain / name).read_bytes(), name
+    assert (plain / "results.json").read_bytes() == (tmp_path / "elsewhere.json").read_bytes()
+    assert f'model="{repo}"' in (plain / "README.md").read_text(encoding="utf-8")  # rendered for this repo
 
 
 def test_card_metadata_parses_and_its_bleu_is_the_runs(run):

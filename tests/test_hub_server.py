@@ -1,4 +1,4 @@
-"""Round trips through the real huggingface_hub and transformers clients against tests/hub_server.py.
+"""Round trips through the real huggingface_hub and transformers clients against tests/support/hub_server.py.
 
 Design: the server runs in threads of the pytest process (so a test can look at what it received: the request
 log, the LFS store), and the client code runs in a fresh Python process that plays "the user". huggingface_hub
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from hub_server import HOST, LFS_SIZE_THRESHOLD, LoopbackHub
+from support.hub_server import HOST, LFS_SIZE_THRESHOLD, LoopbackHub
 
 TESTS_DIR = Path(__file__).resolve().parent
 
@@ -455,7 +455,7 @@ def test_max_seconds_bounds_the_server():
 
 
 def test_script_mode_prints_endpoint_and_exits_at_its_bound():
-    proc = subprocess.Popen([sys.executable, str(TESTS_DIR / "hub_server.py"), "--max-seconds", "1"],
+    proc = subprocess.Popen([sys.executable, str(TESTS_DIR / "support" / "hub_server.py"), "--max-seconds", "1"],
                             stdout=subprocess.PIPE, text=True)
     try:
         info = json.loads(proc.stdout.readline())
@@ -481,7 +481,7 @@ def test_start_session_hub_configures_a_client_imported_after_it(tmp_path):
     code = textwrap.dedent("""
         import json, os, sys
         sys.path.insert(0, sys.argv[1])
-        from hub_server import start_session_hub
+        from support.hub_server import start_session_hub
         hub = start_session_hub()
         from huggingface_hub import HfApi, constants
         from huggingface_hub.errors import OfflineModeIsEnabled

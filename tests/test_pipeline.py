@@ -185,6 +185,40 @@ def test_inputs_are_truncated_to_the_model_limit(pipe, model, tokenizer, monkeyp
     assert seen[-1] == full
 
 
+@pytest.mark.parametrize("positions", ["sinusoidal", "learned"])
+@pytest.mark.parametrize("tokenizer_limit, limit", [(None, 24), (16, 16)])
+def test_pipeline_and_translate_cut_inputs_alike(tokenizer, monkeypatch, positions, tokenizer_limit, limit):
+    # One rule for both entry points: the smaller of the model's max_position_embeddings and the tokenizer's
+    # model_max_length, whatever the positions (sinusoidal ones have no table, but the config's size is the
+    # longest input the model is meant for).
+    from vanilla_transformer.translate import translate
+
+    torch.manual_seed(0)
+    config = VanillaTransformerConfig(
+        vocab_size=len(tokenizer), d_model=16, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
+        decoder_attention_heads=2, encoder_ffn_dim=32, decoder_ffn_dim=32, max_position_embeddings=24,
+        position_embedding_type=positions,
+    )
+    model = VanillaTransformerForConditionalGeneration(config).eval()
+    tokenizer = copy.deepcopy(tokenizer)
+    if tokenizer_limit is not None:
+        tokenizer.model_max_length = tokenizer_limit
+    seen = []
+    original = model.generate
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs["input_ids"][0].tolist())
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(model, "generate", spy)
+    long_text = " ".join(SOURCES * 3)
+    full = tokenizer(long_text)["input_ids"]
+    assert len(full) > 24
+    translate(model, tokenizer, [long_text], num_beams=1, max_new_tokens=2)
+    TranslationPipeline(model=model, tokenizer=tokenizer, device="cpu")(long_text, num_beams=1, max_new_tokens=2)
+    assert seen == [full[: limit - 1] + [tokenizer.eos_token_id]] * 2
+
+
 def test_bad_input_is_rejected(pipe, model):
     with pytest.raises(ValueError, match="translates strings, got int"):
         pipe(123)

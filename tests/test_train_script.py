@@ -10,10 +10,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import subprocess_env
+from helpers import read_multi30k, subprocess_env
 
 ROOT = Path(__file__).resolve().parents[1]
-MULTI30K = ROOT.parent / "shared" / "data" / "multi30k"
 sys.path.insert(0, str(ROOT))
 
 import train  # noqa: E402
@@ -28,10 +27,8 @@ def _subset(tmp: Path, sizes: dict[str, int]) -> Path:
     tmp.mkdir(parents=True, exist_ok=True)
     for split, n in sizes.items():
         for lang in ("en", "de"):
-            with gzip.open(MULTI30K / f"{split}.{lang}.gz", "rt", encoding="utf-8") as f:
-                lines = [next(f) for _ in range(n)]
             with gzip.open(tmp / f"{split}.{lang}.gz", "wt", encoding="utf-8") as f:
-                f.writelines(lines)
+                f.writelines(line + "\n" for line in read_multi30k(f"{split}.{lang}.gz", n))
     return tmp
 
 

@@ -20,7 +20,8 @@ from transformers.trainer_utils import get_last_checkpoint
 
 from helpers import read_multi30k, subprocess_env
 from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
-from vanilla_transformer.data import TokenBatchSampler, tokenize_corpus
+from vanilla_transformer.batching import TokenBatchSampler
+from vanilla_transformer.data import tokenize_corpus
 from vanilla_transformer.metrics import compute_bleu
 from vanilla_transformer.schedule import noam_learning_rate
 from vanilla_transformer.tokenization import train_tokenizer

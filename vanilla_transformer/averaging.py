@@ -19,6 +19,7 @@ Command line:
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import json
 import logging
 import re
@@ -30,15 +31,13 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
+from .hub import TRAINING_STATE_FILES  # never copied into the average
+
 logger = logging.getLogger(__name__)
 
 WEIGHTS_NAME = "model.safetensors"
 WEIGHTS_INDEX_NAME = "model.safetensors.index.json"
 CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")  # the names the Trainer gives its checkpoints
-# Files of a Trainer checkpoint that describe the training run, not the model: not copied.
-TRAINING_STATE_FILES = re.compile(
-    r"^(optimizer\.pt|scheduler\.pt|scaler\.pt|rng_state(_\d+)?\.pth|trainer_state\.json|training_args\.bin)$"
-)
 WEIGHT_FILES = re.compile(r"^(model.*\.safetensors(\.index\.json)?|pytorch_model.*\.bin(\.index\.json)?)$")
 
 
@@ -163,7 +162,8 @@ def average_checkpoints(checkpoint_dirs: list[str], output_dir: str) -> str:
             stale.unlink()
     source = checkpoints[-1]
     for item in source.iterdir():
-        if item.is_file() and not WEIGHT_FILES.match(item.name) and not TRAINING_STATE_FILES.match(item.name):
+        training_state = any(fnmatch.fnmatch(item.name, pattern) for pattern in TRAINING_STATE_FILES)
+        if item.is_file() and not WEIGHT_FILES.match(item.name) and not training_state:
             shutil.copy2(item, output / item.name)
     # "format": "pt" is what transformers expects in the metadata of a safetensors checkpoint.
     metadata_names = [path.name for path in checkpoints]

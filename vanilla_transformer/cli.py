@@ -12,9 +12,9 @@ the output is the translation of line i of the input, so the files stay aligned.
   * empty (or all-whitespace) lines give empty lines, without running the model;
   * lines are split on "\\n" only (a trailing "\\r" is dropped), never on the other characters Python's
     `splitlines` treats as line breaks, which can occur inside a sentence;
-  * a line longer than the model takes (the tokenizer's `model_max_length`, and `max_position_embeddings` for
-    learned positions) is truncated to that many tokens and translated, with a warning on stderr naming the line
-    (numbered from 1): it is never dropped;
+  * a line longer than the model takes (the smaller of the tokenizer's `model_max_length` and the model's
+    `max_position_embeddings`) is truncated to that many tokens and translated, with a warning on stderr naming
+    the line (numbered from 1): it is never dropped;
   * a line break inside a generated translation (possible with byte-level tokens) is written as a space.
 Sentences are translated in batches of similar length (sorted by length, order restored afterwards); decoding is
 the model's generation config (section 6.1: beam 4, length penalty 0.6, at most source length + 50 tokens) unless

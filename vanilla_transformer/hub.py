@@ -6,7 +6,8 @@ is invalid or read-only, or when it cannot write to the repo's namespace, instea
 first push.
 
 `push_run(output_dir, repo_id)` uploads a training run's output directory (or any `save_pretrained` directory that
-also holds the tokenizer) in ONE commit. What goes up is decided here, file by file (`files_to_push`):
+also holds the tokenizer) in ONE commit, with `HfApi.upload_folder`. What goes up is decided here, file by file
+(`files_to_push`), and given to `upload_folder` as its allow patterns:
 
     config.json                      with `auto_map` (and `custom_pipelines`), the remote-code entry points
     generation_config.json           section 6.1 decoding: beam 4, length penalty 0.6, source length + 50
@@ -20,26 +21,28 @@ also holds the tokenizer) in ONE commit. What goes up is decided here, file by f
 and nothing else: no `checkpoint-*` folders, optimizer/scheduler/RNG states, training_args.bin,
 trainer_state.json, TensorBoard `runs/`, test hypotheses (`*.hyp.*`), nor the `tokenizer/` and `averaged/`
 sub-folders of a train.py run. The Trainer's own pushes during training (`hub_strategy`) upload its whole output
-directory; with `prune=True` (the default) the commit also deletes such training files from the repo, so that the
-published revision holds exactly the files above (plus the Hub's `.gitattributes`).
+directory; with `prune=True` (the default) the commit also deletes such training files from the repo
+(`NEVER_PUBLISHED`, as `upload_folder`'s delete patterns), so that the published revision holds exactly the files
+above (plus the Hub's `.gitattributes`).
 
-The model card: with a results JSON (the `results` argument, else `output_dir/results.json`), README.md is rendered
-by `model_card.render_model_card` (BLEU, signature, data, hyper-parameters), in memory: `output_dir` is never
-modified. Without one, an existing `output_dir/README.md` is uploaded as it is, and if there is none either, a
-short card without results is written (metadata and usage only) and a warning says so: a model can be
-published before it is evaluated, but the card then says that it has not been.
+The model card, written by `model_card` into `output_dir/README.md` before the upload (as the Trainer writes its
+card before it pushes), so that the directory holds what the repo holds: with a results JSON (the `results`
+argument, copied to `output_dir/results.json`, else that file), `render_model_card` (BLEU, signature, data,
+hyper-parameters). Without one, an existing `output_dir/README.md` is uploaded as it is, and if there is none
+either, `render_unevaluated_card` (metadata and usage only) and a warning: a model can be published before it is
+evaluated, but the card then says that it has not been.
 """
 
 from __future__ import annotations
 
-import fnmatch
+import glob
 import json
 import logging
 import os
 import re
 from pathlib import Path
 
-from huggingface_hub import CommitOperationAdd, CommitOperationDelete, HfApi, ModelCard, ModelCardData, constants
+from huggingface_hub import HfApi, constants
 from huggingface_hub.errors import HfHubHTTPError
 from huggingface_hub.utils import get_token
 
@@ -48,22 +51,26 @@ logger = logging.getLogger(__name__)
 DEFAULT_COMMIT_MESSAGE = "Upload model trained with vanilla-transformer"
 MODEL_TYPE = "vanilla-transformer"  # VanillaTransformerConfig.model_type (not imported: no torch needed here)
 
-CONFIG_FILES = ("config.json", "generation_config.json")
-SAFE_WEIGHTS_NAME = "model.safetensors"
-SAFE_WEIGHTS_INDEX_NAME = "model.safetensors.index.json"
+SAFE_WEIGHTS_NAME = constants.SAFETENSORS_SINGLE_FILE  # model.safetensors
+SAFE_WEIGHTS_INDEX_NAME = constants.SAFETENSORS_INDEX_FILE  # model.safetensors.index.json
 # Every file a transformers tokenizer may write with save_pretrained; those that exist are published.
 TOKENIZER_FILES = (
     "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json", "vocab.json",
     "vocab.txt", "merges.txt", "spiece.model", "sentencepiece.bpe.model", "chat_template.jinja", "chat_template.json",
 )
 RESULTS_NAME = "results.json"
-CARD_NAME = "README.md"
+CARD_NAME = constants.REPOCARD_NAME  # README.md
+# The files of a Trainer checkpoint that describe the training run, not the model (glob patterns): never published,
+# nor copied into an average of checkpoints (averaging.py).
+TRAINING_STATE_FILES = (
+    "optimizer.pt", "scheduler.pt", "scaler.pt", "rng_state*.pth", "trainer_state.json", "training_args.bin",
+)
 # Files and folders of a training run that are never published, and that `prune=True` deletes from the repo when
 # the Trainer's pushes during training put them there (it uploads its whole output_dir but `checkpoint-*`).
 NEVER_PUBLISHED = (
-    "training_args.bin", "trainer_state.json", "optimizer.pt", "scheduler.pt", "scaler.pt", "rng_state*.pth",
-    "all_results.json", "train_results.json", "eval_results.json", "*.hyp.*", "*tfevents*", "pytorch_model*.bin",
-    "checkpoint-*/*", "tmp-checkpoint-*/*", "last-checkpoint/*", "runs/*", "tokenizer/*", "averaged/*",
+    *TRAINING_STATE_FILES, "all_results.json", "train_results.json", "eval_results.json", "*.hyp.*", "*tfevents*",
+    "pytorch_model*.bin", "checkpoint-*/*", "tmp-checkpoint-*/*", "last-checkpoint/*", "runs/*", "tokenizer/*",
+    "averaged/*",
 )
 _COMMIT_SHA = re.compile(r"^[0-9a-f]{40}$")
 
@@ -298,36 +305,23 @@ def files_to_push(output_dir) -> dict[str, Path]:
     return {name: out / name for name in dict.fromkeys(files)}
 
 
-def _card_text(out: Path, repo_id: str, results) -> tuple[str, bytes | None]:
-    """README.md for the repo, and the results JSON to upload with it (None: the file in out, or none)."""
+def _card(out: Path, repo_id: str, results):
+    """(model card, results JSON bytes) to write into `out` before the upload; None: leave that file as it is."""
     from .configuration_vanilla_transformer import VanillaTransformerConfig
-    from .model_card import load_results, render_model_card
+    from .model_card import render_model_card, render_unevaluated_card
 
-    results_bytes = None
     if results is None and (out / RESULTS_NAME).is_file():
         results = out / RESULTS_NAME
-    if isinstance(results, dict):
-        results_bytes = (json.dumps(results, indent=2, default=str) + "\n").encode()
-    elif isinstance(results, (str, os.PathLike)) and Path(results).resolve() != (out / RESULTS_NAME).resolve():
-        results_bytes = Path(results).read_bytes() if Path(results).is_file() else None
     if results is not None and results is not False:
-        config = VanillaTransformerConfig.from_pretrained(out)
-        return str(render_model_card(config, load_results(results), repo_id)), results_bytes
+        card = render_model_card(VanillaTransformerConfig.from_pretrained(out), results, repo_id)
+        if isinstance(results, dict):
+            return card, (json.dumps(results, indent=2, default=str) + "\n").encode()
+        return card, None if Path(results).resolve() == (out / RESULTS_NAME).resolve() else Path(results).read_bytes()
     if (out / CARD_NAME).is_file():
         logger.info("No results JSON: uploading the existing %s as the model card.", out / CARD_NAME)
-        return (out / CARD_NAME).read_text(encoding="utf-8"), None
+        return None, None
     logger.warning("No results JSON in %s: the model card says that the model has not been evaluated.", out)
-    data = ModelCardData(license="apache-2.0", library_name="transformers", pipeline_tag="translation",
-                         tags=["translation", "vanilla-transformer", "attention-is-all-you-need", "seq2seq"])
-    content = (
-        f"---\n{data.to_yaml()}\n---\n\n# {repo_id.split('/')[-1]}\n\n"
-        "A Transformer translation model ([Attention Is All You Need](https://arxiv.org/abs/1706.03762)) trained "
-        "with the vanilla-transformer package. No evaluation results were published with it.\n\n"
-        "```python\nfrom transformers import AutoModelForSeq2SeqLM, AutoTokenizer\n\n"
-        f"tokenizer = AutoTokenizer.from_pretrained({repo_id!r})\n"
-        f"model = AutoModelForSeq2SeqLM.from_pretrained({repo_id!r}, trust_remote_code=True)\n```\n"
-    )
-    return str(ModelCard(content)), None
+    return render_unevaluated_card(repo_id), None
 
 
 def push_run(
@@ -360,28 +354,25 @@ def push_run(
     _check_revision(revision)
     api = HfApi()
     repo_id, token = _access(repo_id, token, api)
-    card, results_bytes = _card_text(Path(output_dir), repo_id, results)
+    out = Path(output_dir)
+    card, results_bytes = _card(out, repo_id, results)  # bad results fail before the repo is created
     repo_id = _ensure_repo(api, repo_id, token, private, revision)
 
-    operations = [CommitOperationAdd(path_in_repo=name, path_or_fileobj=str(path)) for name, path in files.items()
-                  if not (name == RESULTS_NAME and results_bytes is not None)]
+    if card is not None:
+        card.save(out / CARD_NAME)
     if results_bytes is not None:
-        operations.append(CommitOperationAdd(path_in_repo=RESULTS_NAME, path_or_fileobj=results_bytes))
-    operations.append(CommitOperationAdd(path_in_repo=CARD_NAME, path_or_fileobj=card.encode("utf-8")))
-    if prune:
-        uploaded = {op.path_in_repo for op in operations}
-        existing = api.list_repo_files(repo_id, revision=revision, token=token)
-        stale = [path for path in existing if path not in uploaded
-                 and any(fnmatch.fnmatch(path, pattern) or fnmatch.fnmatch(Path(path).name, pattern)
-                         for pattern in NEVER_PUBLISHED)]
-        if stale:
-            logger.info("Deleting training files from %s: %s", repo_id, stale)
-        operations += [CommitOperationDelete(path_in_repo=path) for path in stale]
-    commit = api.create_commit(repo_id, operations=operations, commit_message=commit_message, revision=revision,
-                               token=token, repo_type="model")
-    logger.info("Pushed %s to %s (%d files): %s", output_dir, repo_id, len(files) + 1, commit.commit_url)
+        (out / RESULTS_NAME).write_bytes(results_bytes)
+    published = [*files, CARD_NAME, *([RESULTS_NAME] if results_bytes is not None else [])]
+    # Patterns are matched against whole paths, and "*" also matches "/": "averaged/x.png" is not "x.png", but a
+    # training file is deleted wherever it is in the repo.
+    commit = api.upload_folder(
+        repo_id=repo_id, folder_path=out, revision=revision, token=token, commit_message=commit_message,
+        allow_patterns=[glob.escape(name) for name in dict.fromkeys(published)],
+        delete_patterns=[*NEVER_PUBLISHED, *(f"*/{pattern}" for pattern in NEVER_PUBLISHED)] if prune else None,
+    )
+    logger.info("Pushed %s to %s (%d files): %s", output_dir, repo_id, len(set(published)), commit.commit_url)
     return commit.commit_url
 
 
-__all__ = ["DEFAULT_COMMIT_MESSAGE", "NEVER_PUBLISHED", "check_hub_access", "ensure_repo", "files_to_push",
-           "push_run", "resolve_token"]
+__all__ = ["DEFAULT_COMMIT_MESSAGE", "NEVER_PUBLISHED", "TRAINING_STATE_FILES", "check_hub_access", "ensure_repo",
+           "files_to_push", "push_run", "resolve_token"]

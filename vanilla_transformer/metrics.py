@@ -3,8 +3,8 @@
 The paper reports BLEU on detokenized, cased output (section 6.1). sacreBLEU with its default `13a`
 tokenizer is the standard way to compute it reproducibly, and its *signature* string records the settings
 (`nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0`). `evaluate.load("sacrebleu")` would fetch its
-script from the Hub, so the package ships the metric module (`metrics_sacrebleu/metrics_sacrebleu.py`) and
-loads it by path (HF_V5_NOTES section 5).
+script from the Hub at run time and fail offline; the package ships the metric module instead
+(`metrics_sacrebleu/metrics_sacrebleu.py`) and loads it by path.
 
 - `compute_bleu(predictions, references)` scores detokenized strings.
 - `make_compute_metrics(tokenizer)` gives the `compute_metrics` of a `Seq2SeqTrainer` run with

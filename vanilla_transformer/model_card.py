@@ -78,6 +78,7 @@ LANGUAGE_NAMES = {"en": "English", "de": "German", "fr": "French", "cs": "Czech"
 EXAMPLES = {"en": "A man is riding a bicycle down the street.",
             "de": "Ein Mann fährt mit dem Fahrrad die Straße entlang.", "fr": "Un homme descend la rue à vélo."}
 PAPER_URL = "https://arxiv.org/abs/1706.03762"
+TAGS = ["translation", "vanilla-transformer", "attention-is-all-you-need", "seq2seq"]  # of every card
 CITATION = """@inproceedings{vaswani2017attention,
   title     = {Attention Is All You Need},
   author    = {Vaswani, Ashish and Shazeer, Noam and Parmar, Niki and Uszkoreit, Jakob and Jones, Llion and
@@ -188,7 +189,7 @@ def render_model_card(config, results, repo_id: str | None = None, *, model_name
     preset = results.get("preset") or detect_preset(config)
     card_data = ModelCardData(
         language=[src, tgt], license=license, library_name="transformers", pipeline_tag="translation",
-        tags=["translation", "vanilla-transformer", "attention-is-all-you-need", "seq2seq", *tags],
+        tags=[*TAGS, *tags],
         datasets=[dataset["hub_id"]] if dataset.get("hub_id") else None, metrics=["bleu"],
         model_name=model_name, eval_results=_eval_results(results, dataset),
     )
@@ -229,5 +230,19 @@ def write_model_card(output_dir, config, results, repo_id: str | None = None, **
     return str(path)
 
 
+def render_unevaluated_card(repo_id: str) -> ModelCard:
+    """The card of a model published before it was evaluated (no results JSON): metadata and usage, and a line
+    that says there are no results. `render_model_card` writes every card that has them."""
+    data = ModelCardData(license="apache-2.0", library_name="transformers", pipeline_tag="translation", tags=TAGS)
+    return ModelCard(
+        f"---\n{data.to_yaml()}\n---\n\n# {repo_id.split('/')[-1]}\n\n"
+        f"A Transformer translation model ([Attention Is All You Need]({PAPER_URL})) trained with the "
+        "vanilla-transformer package. No evaluation results were published with it.\n\n"
+        "```python\nfrom transformers import AutoModelForSeq2SeqLM, AutoTokenizer\n\n"
+        f"tokenizer = AutoTokenizer.from_pretrained({repo_id!r})\n"
+        f"model = AutoModelForSeq2SeqLM.from_pretrained({repo_id!r}, trust_remote_code=True)\n```\n"
+    )
+
+
 __all__ = ["PAPER_DEFAULTS", "detect_preset", "load_results", "paper_deviations", "render_model_card",
-           "size_differences", "write_model_card"]
+           "render_unevaluated_card", "size_differences", "write_model_card"]

@@ -33,6 +33,22 @@ CUSTOM_PIPELINES = {
 }
 
 
+def input_length_limit(config, tokenizer) -> int | None:
+    """The longest input, in tokens with `</s>`, that translation gives the model (`translate()` and the pipeline
+    alike): the smaller of the config's `max_position_embeddings` and the tokenizer's `model_max_length` (when set).
+
+    Learned positions have no row past the table. Sinusoidal ones (section 3.5) are defined at any length, but
+    `max_position_embeddings` is still the longest input the model is configured for: longer ones are given to it
+    only when asked (the pipeline's `max_input_length=` or `truncation=False`).
+    """
+    limits = [getattr(config, "max_position_embeddings", None)]
+    tokenizer_limit = getattr(tokenizer, "model_max_length", None)
+    if tokenizer_limit is not None and tokenizer_limit < 10**9:  # "unset" is a huge int
+        limits.append(tokenizer_limit)
+    limits = [limit for limit in limits if limit]
+    return min(limits) if limits else None
+
+
 class TranslationPipeline(Pipeline):
     """Translate text with an encoder-decoder model: text -> tokenizer -> `model.generate` -> text.
 
@@ -47,8 +63,8 @@ class TranslationPipeline(Pipeline):
 
     Pipeline arguments:
         truncation: cut inputs longer than `max_input_length` (default True).
-        max_input_length: longest input in tokens, `</s>` included; default: the smaller of the
-            tokenizer's `model_max_length` and the model's `max_position_embeddings`.
+        max_input_length: longest input in tokens, `</s>` included; default `input_length_limit`: the
+            smaller of the tokenizer's `model_max_length` and the model's `max_position_embeddings`.
         return_tensors: return `{"translation_token_ids": tensor}` instead of text.
         clean_up_tokenization_spaces: passed to `tokenizer.decode` (default: the tokenizer's).
     """
@@ -97,21 +113,13 @@ class TranslationPipeline(Pipeline):
         # Everything else is for generate(); it rejects what it does not know.
         return preprocess_params, generate_kwargs, postprocess_params
 
-    def _input_limit(self) -> int | None:
-        limits = [getattr(self.model.config, "max_position_embeddings", None)]
-        tokenizer_limit = getattr(self.tokenizer, "model_max_length", None)
-        if tokenizer_limit is not None and tokenizer_limit < 10**9:  # "unset" is a huge int
-            limits.append(tokenizer_limit)
-        limits = [limit for limit in limits if limit]
-        return min(limits) if limits else None
-
     def preprocess(self, text, truncation=True, max_input_length=None):
         if not isinstance(text, str):
             raise ValueError(
                 f"TranslationPipeline translates strings, got {type(text).__name__} ({text!r:.60}): pass a "
                 "string or a list of strings."
             )
-        max_length = max_input_length if max_input_length is not None else self._input_limit()
+        max_length = max_input_length or input_length_limit(self.model.config, self.tokenizer)
         return self.tokenizer(
             text,
             truncation=bool(truncation) and max_length is not None,
@@ -168,4 +176,4 @@ class TranslationPipeline(Pipeline):
         return super().__call__(inputs, *args, **kwargs)
 
 
-__all__ = ["CUSTOM_PIPELINES", "TranslationPipeline"]
+__all__ = ["CUSTOM_PIPELINES", "TranslationPipeline", "input_length_limit"]

@@ -55,7 +55,7 @@ from transformers.trainer_utils import (
     seed_worker,
 )
 
-from .data import TokenBatchSampler
+from .batching import TokenBatchSampler
 from .metrics import make_compute_metrics
 from .schedule import NoamLR, peak_learning_rate
 

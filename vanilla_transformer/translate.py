@@ -13,16 +13,9 @@ from collections.abc import Sequence
 import torch
 from tqdm.auto import tqdm
 
+from .pipeline_vanilla_transformer import input_length_limit
+
 logger = logging.getLogger(__name__)
-
-
-def source_limit(model, tokenizer) -> int:
-    """The longest source (in tokens, </s> included) the pair takes: the learned position table of the model, or
-    the tokenizer's `model_max_length` (sinusoidal positions have no maximum of their own, section 3.5)."""
-    limit = tokenizer.model_max_length if tokenizer.model_max_length and tokenizer.model_max_length < 10**9 else 1024
-    if getattr(model.config, "position_embedding_type", "sinusoidal") == "learned":
-        limit = min(limit, model.config.max_position_embeddings)
-    return limit
 
 
 @torch.no_grad()
@@ -39,20 +32,20 @@ def translate(
 
     Sentences are sorted by tokenized length so that a batch holds sentences of similar length (little
     padding); the output order is the input order. An empty (or all-whitespace) sentence gives an empty
-    translation without calling the model. A sentence longer than the model takes (`source_limit`) is
-    truncated to that many tokens (its last one kept `</s>`), with a warning naming its line (counting from 1, as
-    in the input file): it is never dropped.
+    translation without calling the model. A sentence longer than the model takes (`input_length_limit`, the
+    translation pipeline's rule too) is truncated to that many tokens (its last one kept `</s>`), with a warning
+    naming its line (counting from 1, as in the input file): it is never dropped.
     """
     if batch_size < 1:
         raise ValueError(f"`batch_size` must be at least 1, got {batch_size}.")
-    limit = source_limit(model, tokenizer)
+    limit = input_length_limit(model.config, tokenizer)
     results = [""] * len(sentences)
     todo = [i for i, s in enumerate(sentences) if s.strip()]
     if not todo:
         return results
     encoded = {}
     for i, ids in zip(todo, tokenizer([sentences[i] for i in todo])["input_ids"]):
-        if len(ids) > limit:
+        if limit is not None and len(ids) > limit:
             logger.warning(
                 "Line %d has %d tokens; the model takes %d: it is truncated to its first %d tokens.",
                 i + 1, len(ids), limit, limit,

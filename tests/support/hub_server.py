@@ -5,8 +5,7 @@ from the package registries. This module speaks enough of the Hub's HTTP API tha
 `huggingface_hub` (2.4) and `transformers` (5.23) clients run against it unchanged: `create_repo`,
 `upload_folder` / `create_commit` (inline and LFS, single-part and multipart), `create_branch` / `create_tag`,
 `model_info`, `list_repo_tree`, `list_repo_commits`, `hf_hub_download`, `snapshot_download`,
-`from_pretrained` and `push_to_hub`. The contract it implements, and why each answer looks the way it does,
-is described in ../shared/HUB_TESTING.md; the comments below say which client behaviour each answer serves.
+`from_pretrained` and `push_to_hub`. The comments below say which client behaviour each answer serves.
 
     with LoopbackHub() as hub:                    # binds 127.0.0.1 on two free ports, stops on exit
         env = hub.client_env(hf_home=tmp_dir)     # HF_ENDPOINT, HF_TOKEN, HF_HUB_DISABLE_XET=1, ...
@@ -35,7 +34,7 @@ Not covered, unlike the real Hub: Xet storage (the client must run with HF_HUB_D
 gated repos, rate limits, the Hub's full metadata validation, `safetensors`/`transformersInfo` in model_info,
 canonical repo ids without a namespace, and concurrency conflicts other than a stale `parentCommit`.
 
-Run as a script (`python tests/hub_server.py --max-seconds 90`) it prints its endpoints as one JSON line and
+Run as a script (`python tests/support/hub_server.py --max-seconds 90`) it prints its endpoints as one JSON line and
 serves until the bound or Ctrl-C.
 """
 

@@ -1,0 +1,1 @@
+"""What the tests run on but do not test themselves: the loopback Hugging Face Hub (hub_server.py)."""
