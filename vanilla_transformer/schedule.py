@@ -35,6 +35,10 @@ def _check_positive(name: str, value, integer: bool) -> None:
         raise ValueError(f"`{name}` must be {what}, got {value!r}.")
 
 
+def _lrate(step: int, d_model: int, warmup_steps: int, factor: float) -> float:
+    return factor * d_model**-0.5 * min(step**-0.5, step * warmup_steps**-1.5)
+
+
 def noam_learning_rate(step: int, d_model: int, warmup_steps: int, factor: float = 1.0) -> float:
     """Eq. 3 of the paper at update `step` (1-based): `factor * d_model^-0.5 * min(step^-0.5, step *
     warmup_steps^-1.5)`."""
@@ -42,7 +46,7 @@ def noam_learning_rate(step: int, d_model: int, warmup_steps: int, factor: float
     _check_positive("d_model", d_model, integer=True)
     _check_positive("warmup_steps", warmup_steps, integer=True)
     _check_positive("factor", factor, integer=False)
-    return factor * d_model**-0.5 * min(step**-0.5, step * warmup_steps**-1.5)
+    return _lrate(step, d_model, warmup_steps, factor)
 
 
 def peak_learning_rate(d_model: int, warmup_steps: int, factor: float = 1.0) -> float:
@@ -82,7 +86,8 @@ class NoamLR(LRScheduler):
 
     def get_lr(self) -> list[float]:
         # `last_epoch` counts the updates already done, so the update about to run is number last_epoch + 1.
-        lr = noam_learning_rate(self.last_epoch + 1, self.d_model, self.warmup_steps, self.factor)
+        # (The arguments were checked once, in __init__: nothing is validated per update.)
+        lr = _lrate(self.last_epoch + 1, self.d_model, self.warmup_steps, self.factor)
         return [lr for _ in self.optimizer.param_groups]
 
 
