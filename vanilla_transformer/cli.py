@@ -4,6 +4,7 @@
     vanilla-transformer translate --model your-name/transformer-en-de --input test.en --output test.de --device cuda
     vanilla-transformer push runs/en-de your-name/transformer-en-de [--private] [--revision BRANCH]
     vanilla-transformer average runs/en-de --last 5 --output runs/en-de/averaged
+    vanilla-transformer attention --model runs/en-de "A man is riding a bicycle." --layer 4 --output cross.png
 
 `python -m vanilla_transformer.cli ...` does the same. `vanilla-transformer COMMAND --help` documents every option.
 
@@ -186,6 +187,33 @@ def cmd_push(args) -> int:
     return 0
 
 
+# ------------------------------------------------------------------------------------------------ attention
+
+
+def cmd_attention(args) -> int:
+    from .attention_figures import DPI, attention_weights, draw_attention, require_matplotlib
+
+    try:
+        require_matplotlib()  # before the model is loaded
+    except ImportError as error:
+        print(f"{PROG} attention: error: {error}", file=sys.stderr)
+        return 1
+    if args.beams < 1:
+        raise ValueError(f"--beams must be at least 1, got {args.beams}.")
+    output = Path(args.output)
+    if not output.parent.is_dir():
+        raise ValueError(f"--output {args.output!r}: the directory {str(output.parent)!r} does not exist; create it "
+                         f"first.")
+    model, tokenizer = load_model(args.model, revision=args.revision, device=args.device,
+                                  trust_remote_code=args.trust_remote_code)
+    weights = attention_weights(model, tokenizer, args.source, args.target, num_beams=args.beams)
+    draw_attention(weights, args.kind, args.layer, args.heads).savefig(output, dpi=DPI)
+    if weights.generated:
+        print(f"translation: {weights.translation}")
+    print(f"{args.kind} attention drawn in {output}")
+    return 0
+
+
 # ------------------------------------------------------------------------------------------------ parser
 
 
@@ -248,6 +276,31 @@ def build_parser() -> argparse.ArgumentParser:
                    "that the Trainer's pushes during training left in the repo; by default the commit deletes them")
     p.add_argument("--dry-run", action="store_true", help="list the files that would be uploaded and exit (no network)")
     p.set_defaults(func=cmd_push)
+
+    a = commands.add_parser(
+        "attention", help="draw what the model attends to (the paper's Figures 3-5) for one sentence",
+        description="Translate SOURCE (beam search) or take --target, and draw the model's attention weights into a "
+        "PNG: cross-attention as source x target heatmaps (one panel per head and their mean), or encoder / decoder "
+        "self-attention as lines between the tokens of the sentence written twice, one colour per head, as in the "
+        "paper's appendix. Layers and heads count from 0.",
+    )
+    a.add_argument("source", metavar="SOURCE", help="the source sentence")
+    a.add_argument("--model", required=True, metavar="PATH_OR_REPO",
+                   help="checkpoint directory or Hub repo id (with its tokenizer)")
+    a.add_argument("--output", required=True, metavar="FILE.png", help="where to write the figure (PNG, SVG, PDF)")
+    a.add_argument("--target", default=None, help="the translation to analyse (default: the model's own)")
+    a.add_argument("--kind", default="cross", choices=("cross", "encoder", "decoder"),
+                   help="cross-attention (default), encoder or decoder self-attention")
+    a.add_argument("--layer", type=int, default=None, metavar="L",
+                   help="layer index from 0 (negative: from the last, -1 = last); default: every layer")
+    a.add_argument("--heads", default="all", metavar="all|0,3", help="heads to draw: 'all' (default) or indices")
+    a.add_argument("--beams", type=int, default=4, metavar="N",
+                   help="beam size for the model's translation (default 4, as in the paper; 1 = greedy)")
+    a.add_argument("--device", default="auto", help="torch device: auto (default), cpu, cuda, mps")
+    a.add_argument("--revision", default=None, help="branch, tag or commit of a Hub repo (default: main)")
+    a.add_argument("--trust-remote-code", action="store_true",
+                   help="allow running the model code stored in the checkpoint instead of this package's")
+    a.set_defaults(func=cmd_attention)
 
     commands.add_parser(
         "average", add_help=False, help="average the last checkpoints of a run (paper section 6.1); "
