@@ -38,7 +38,7 @@ from vanilla_transformer import PRESETS, VanillaTransformerConfig, VanillaTransf
 from vanilla_transformer.averaging import average_checkpoints, last_checkpoints
 from vanilla_transformer.data import load_parallel_corpus, tokenize_corpus
 from vanilla_transformer.metrics import compute_bleu
-from vanilla_transformer.model_card import write_model_card
+from vanilla_transformer.model_card import write_attention_figure, write_model_card
 from vanilla_transformer.tokenization import check_tokenizer_fits_model, load_tokenizer, train_tokenizer
 from vanilla_transformer.trainer import VanillaTrainingArguments, VanillaTransformerTrainer
 from vanilla_transformer.translate import translate
@@ -410,6 +410,10 @@ def finish(trainer, tokenizer, raw, tokenized, model_args, data_args, run_args, 
             logger.info("Test BLEU (average of %d checkpoints): %s", len(checkpoints), bleu)
     if run_args.plots:
         results["plots"] = plot_history(trainer.state.log_history, out_dir)
+        # The model card's figure: cross-attention for the first validation sentence (attention.png, pushed).
+        results["attention_figure"] = write_attention_figure(
+            trainer.model, tokenizer, raw["validation"][0]["source"], out_dir, split=data_args.validation_split
+        )
     write_results_and_card(out_dir, config, results, args.hub_model_id)
     if averaged_results is not None:
         write_results_and_card(out_dir / "averaged", config, averaged_results, None)

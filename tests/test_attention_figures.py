@@ -291,3 +291,27 @@ def test_remote_code_model_in_a_process_without_the_package(checkpoint, weights,
     for kind in ("encoder", "decoder", "cross"):
         assert torch.equal(remote[kind], weights.of(kind)), kind
     assert (tmp_path / "remote.png").read_bytes().startswith(b"\x89PNG")
+
+
+# --- the model card's figure ---------------------------------------------------------------------------------------
+
+
+def test_model_card_figure(model, tokenizer, tmp_path, monkeypatch, caplog):
+    from vanilla_transformer.model_card import write_attention_figure
+
+    entry = write_attention_figure(model, tokenizer, SOURCE, tmp_path, split="val")
+    assert (tmp_path / "attention.png").read_bytes().startswith(b"\x89PNG")
+    expected = attention_weights(model, tokenizer, SOURCE, num_beams=4)
+    assert entry == {"file": "attention.png", "layer": entry["layer"], "layers": 3, "num_beams": 4, "source": SOURCE,
+                     "split": "val", "translation": expected.translation}
+    # The layer drawn is the one whose head-averaged rows have the largest maximum weight, on average.
+    concentration = [float(np.mean([row.max() for row in expected.cross[layer].mean(0).numpy()])) for layer in range(3)]
+    assert entry["layer"] == int(np.argmax(concentration))
+    # A training run is not failed for its card's figure: no figure, a warning.
+    monkeypatch.setattr(tokenizer, "model_max_length", 4)
+    assert write_attention_figure(model, tokenizer, SOURCE, tmp_path / "long") is None
+    monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
+    assert write_attention_figure(model, tokenizer, SOURCE, tmp_path / "none") is None
+    ours = [r.message for r in caplog.records if r.name == "vanilla_transformer.model_card"]
+    assert len(ours) == 2 and all(m.startswith("No attention figure in the model card: ") for m in ours)
+    assert "`source` has " in ours[0] and "vanilla-transformer[plot]" in ours[1]

@@ -98,14 +98,43 @@ def test_deviations_from_the_paper_are_listed():
     assert not re.search(r"^- `", differences, re.M) and "every architectural flag has the paper's value" in differences
 
 
+def model_table(text: str) -> dict[str, tuple[str, str]]:
+    """The card's one table of this model beside the paper's base model: row name -> (this model, paper)."""
+    table = section(text, "| | this model | paper (base) |", "**Differences")
+    rows = [line.split(" | ") for line in table.strip().splitlines()[2:]]
+    return {cells[0].lstrip("| "): (cells[1], cells[2].rstrip(" |")) for cells in rows}
+
+
 def test_preset_and_sizes():
     small = render_model_card(tiny_config(), RESULTS, REPO).content
     assert "the **small** preset" in small
-    assert "| d_model | 256 | 512 |" in small  # compared with the paper's base model (Table 3)
+    # One table, this model beside the paper's base (Table 3); the values that differ are in bold.
+    assert small.count("| d_model |") == 1 and "| setting | value |" not in small
+    assert model_table(small) == {
+        "d_model": ("**256**", "512"),
+        "layers, N (encoder / decoder)": ("**3 / 3**", "6 / 6"),
+        "attention heads, h (encoder / decoder)": ("**4 / 4**", "8 / 8"),
+        "feed-forward size, d_ff (encoder / decoder)": ("**1024 / 1024**", "2048 / 2048"),
+        "dropout, P_drop": ("0.1", "0.1"),
+        "shared vocabulary": ("100, BPE", "about 37,000, BPE (shared source/target)"),
+        "positional encoding": ("sinusoidal", "sinusoidal"),
+        "parameters": ("123,456", "65M"),
+    }
     base = render_model_card(VanillaTransformerConfig.from_preset("base", vocab_size=100), RESULTS, REPO).content
-    assert "the paper's **base** model (Table 3)" in base and "| d_model | 512 | 512 |" not in base
-    custom = render_model_card(tiny_config(d_model=128), RESULTS, REPO).content
+    assert "the paper's **base** model (Table 3)" in base
+    assert not any("**" in value for value, _ in model_table(base).values())
+    custom = render_model_card(tiny_config(d_model=128, position_embedding_type="learned"), RESULTS, REPO).content
     assert "a custom configuration" in custom
+    assert model_table(custom)["positional encoding"] == ("**learned**", "sinusoidal")
+
+
+def test_attention_figure_section():
+    figure = {"file": "attention.png", "layer": 1, "layers": 3, "num_beams": 4, "source": "A man sleeps.",
+              "split": "val", "translation": "Ein Mann schläft."}
+    text = render_model_card(tiny_config(), {**RESULTS, "attention_figure": figure}, REPO).content
+    assert "![Cross-attention of decoder layer 1](attention.png)" in text
+    assert 'the sentence "A man sleeps." (from the val split)' in text and '"Ein Mann schläft." (beam 4)' in text
+    assert "## What the model attends to" not in render_model_card(tiny_config(), RESULTS, REPO).content
 
 
 def test_usage_training_and_results_sections():
@@ -159,6 +188,7 @@ def _broken(**changes):
     (_broken(**{"bleu.test.score": 135.0}), "score"),
     (_broken(**{"bleu.test.signature": KeyError}), "signature"),
     (_broken(training=[1, 2]), "training"),
+    (_broken(attention_figure="attention.png"), "attention_figure"),
     (["not", "a", "dict"], "results"),
 ])
 def test_bad_results_raise_value_errors_naming_the_key(results, named):

@@ -35,7 +35,11 @@ The results JSON (written by train.py, read here) is a dict:
       "decoding": {"num_beams": 4, "length_penalty": 0.6, "max_new_tokens": "source length + 50"},  # optional
       "tokenizer": {"type": "BPE", "vocab_size": 8000},   # optional
       "num_parameters": 9500000,               # optional, model.num_parameters()
-      "preset": "small"                        # optional; detected from the config when absent
+      "preset": "small",                       # optional; detected from the config when absent
+      "attention_figure": {                    # optional, written by `write_attention_figure`
+        "file": "attention.png", "layer": 1, "layers": 3, "num_beams": 4,
+        "source": "A man ...", "split": "val", "translation": "Ein Mann ..."
+      }
     }
 """
 
@@ -68,12 +72,10 @@ PAPER_DEFAULTS = {
     "attention_dropout": (0.0, "no dropout on attention weights in the paper's text"),
     "activation_dropout": (0.0, "no dropout inside the feed-forward network in the paper's text"),
 }
-# Sizes compared with the paper's base model (Table 3), under the paper's names.
-SIZE_FIELDS = {
-    "d_model": "d_model", "encoder_layers": "N (encoder)", "decoder_layers": "N (decoder)",
-    "encoder_attention_heads": "h (encoder)", "decoder_attention_heads": "h (decoder)",
-    "encoder_ffn_dim": "d_ff (encoder)", "decoder_ffn_dim": "d_ff (decoder)", "dropout": "P_drop",
-}
+# The paper's base model (Table 3; vocabulary: section 5.1), shown beside this model's settings.
+PAPER_BASE = {"vocabulary": "about 37,000, BPE (shared source/target)", "position_embedding_type": "sinusoidal",
+              "num_parameters": "65M"}
+ATTENTION_FIGURE = "attention.png"  # the card's figure, in the model directory (hub.files_to_push sends *.png)
 LANGUAGE_NAMES = {"en": "English", "de": "German", "fr": "French", "cs": "Czech", "es": "Spanish", "ro": "Romanian"}
 EXAMPLES = {"en": "A man is riding a bicycle down the street.",
             "de": "Ein Mann fährt mit dem Fahrrad die Straße entlang.", "fr": "Un homme descend la rue à vélo."}
@@ -110,10 +112,35 @@ def detect_preset(config) -> str | None:
     return None
 
 
-def size_differences(config) -> list[dict]:
-    """Sizes that differ from the paper's base model: [{name, value, paper}]."""
-    return [{"name": label, "value": getattr(config, key), "paper": PRESETS["base"][key]}
-            for key, label in SIZE_FIELDS.items() if getattr(config, key) != PRESETS["base"][key]]
+def compare_with_paper(config, tokenizer: dict | None = None, num_parameters: int | None = None) -> list[dict]:
+    """This model's sizes and settings beside the paper's base model: [{name, value, paper, differs}]; `differs`
+    marks an architecture value other than the paper's (vocabulary and parameter count follow from the data)."""
+    base = PRESETS["base"]
+
+    def pairs(key):
+        return getattr(config, f"encoder_{key}"), getattr(config, f"decoder_{key}")
+
+    rows = [
+        ("d_model", config.d_model, base["d_model"]),
+        ("layers, N (encoder / decoder)", pairs("layers"), (base["encoder_layers"], base["decoder_layers"])),
+        ("attention heads, h (encoder / decoder)", pairs("attention_heads"),
+         (base["encoder_attention_heads"], base["decoder_attention_heads"])),
+        ("feed-forward size, d_ff (encoder / decoder)", pairs("ffn_dim"),
+         (base["encoder_ffn_dim"], base["decoder_ffn_dim"])),
+        ("dropout, P_drop", config.dropout, base["dropout"]),
+        ("positional encoding", config.position_embedding_type, PAPER_BASE["position_embedding_type"]),
+    ]
+    table = [{"name": name, "value": " / ".join(map(str, value)) if isinstance(value, tuple) else value,
+              "paper": " / ".join(map(str, paper)) if isinstance(paper, tuple) else paper, "differs": value != paper}
+             for name, value, paper in rows]
+    tokenizer = tokenizer or {}
+    vocabulary = f"{config.vocab_size:,}" + (f", {tokenizer['type']}" if tokenizer.get("type") else "")
+    table.insert(-1, {"name": "shared vocabulary", "value": vocabulary, "paper": PAPER_BASE["vocabulary"],
+                      "differs": False})
+    if num_parameters:
+        table.append({"name": "parameters", "value": f"{num_parameters:,}", "paper": PAPER_BASE["num_parameters"],
+                      "differs": False})
+    return table
 
 
 def load_results(results) -> dict:
@@ -139,7 +166,7 @@ def load_results(results) -> dict:
         if not isinstance(entry.get("signature"), str) or not entry["signature"]:
             raise ValueError(f"`results['bleu'][{split!r}]['signature']` must be the sacreBLEU signature string "
                              f"(str(BLEU().get_signature())), got {entry.get('signature')!r}.")
-    for key in ("training", "checkpoint_averaging", "decoding", "tokenizer"):
+    for key in ("training", "checkpoint_averaging", "decoding", "tokenizer", "attention_figure"):
         if results.get(key) is not None and not isinstance(results[key], dict):
             raise ValueError(f"`results[{key!r}]` must be a dict or absent, got {type(results[key]).__name__}.")
     return results
@@ -200,16 +227,43 @@ def render_model_card(config, results, repo_id: str | None = None, *, model_name
         model_name=model_name, repo_ref=repo_id or "path/to/this/checkpoint", src=src, tgt=tgt,
         src_name=src_name, tgt_name=LANGUAGE_NAMES.get(tgt, tgt), article="An" if src_name[0] in "AEIOU" else "A",
         example=EXAMPLES.get(src, EXAMPLES["en"]), paper_url=PAPER_URL, citation=CITATION, preset=preset,
-        config=config, deviations=paper_deviations(config), sizes=size_differences(config), dataset=dataset,
+        config=config, deviations=paper_deviations(config), dataset=dataset,
+        comparison=compare_with_paper(config, results.get("tokenizer"), results.get("num_parameters")),
         # "|" separates Markdown table cells, even inside a code span: the signature's bars are escaped.
         bleu=[{"split": entry.get("split") or key, "score": entry["score"],
                "signature_md": entry["signature"].replace("|", "\\|")} for key, entry in results["bleu"].items()],
         training=training, hyperparameters=training.get("hyperparameters") or {},
         runtime=_duration(training.get("train_runtime_s")), averaging=averaging,
         decoding=results.get("decoding") or {}, tokenizer=results.get("tokenizer") or {},
-        num_parameters=results.get("num_parameters"),
+        figure=results.get("attention_figure"),
     )
     return ModelCard.from_template(card_data, template_path=str(template_path), **context)
+
+
+def write_attention_figure(model, tokenizer, sentence: str, output_dir, split: str | None = None) -> dict | None:
+    """Draw the cross-attention of `model` for `sentence` and its translation (beam 4) into
+    `output_dir/attention.png`, and return the results entry (`attention_figure`) that puts it into the card;
+    `split` names the data split the sentence comes from, for the caption.
+
+    The layer drawn (all heads and their mean) is the one whose head-averaged cross-attention is the most
+    concentrated (largest mean, over target tokens, of the biggest weight in the row): the clearest alignment.
+    Returns None, with a warning, when the figure cannot be drawn (matplotlib missing, a sentence the model does
+    not take): a finished training run is not failed for its card's figure.
+    """
+    from .attention_figures import DPI, attention_weights, draw_attention, require_matplotlib
+
+    try:
+        require_matplotlib()
+        weights = attention_weights(model, tokenizer, sentence, num_beams=4)
+    except (ImportError, ValueError) as error:
+        logger.warning("No attention figure in the model card: %s", error)
+        return None
+    layer = int(weights.cross.mean(dim=1).amax(dim=-1).mean(dim=-1).argmax())
+    path = Path(output_dir) / ATTENTION_FIGURE
+    draw_attention(weights, "cross", layer).savefig(path, dpi=DPI)
+    logger.info("attention figure (cross-attention, layer %d) written to %s", layer, path)
+    return {"file": ATTENTION_FIGURE, "layer": layer, "layers": int(weights.cross.shape[0]), "num_beams": 4,
+            "source": sentence, "split": split, "translation": weights.translation}
 
 
 def write_model_card(output_dir, config, results, repo_id: str | None = None, **kwargs) -> str:
@@ -244,5 +298,6 @@ def render_unevaluated_card(repo_id: str) -> ModelCard:
     )
 
 
-__all__ = ["PAPER_DEFAULTS", "detect_preset", "load_results", "paper_deviations", "render_model_card",
-           "render_unevaluated_card", "size_differences", "write_model_card"]
+__all__ = ["ATTENTION_FIGURE", "PAPER_DEFAULTS", "compare_with_paper", "detect_preset", "load_results",
+           "paper_deviations", "render_model_card", "render_unevaluated_card", "write_attention_figure",
+           "write_model_card"]
