@@ -247,7 +247,7 @@ def draw_attention(weights: AttentionWeights, kind: str = "cross", layer: int | 
     layers, chosen = select_layers(tensor, layer), select_heads(tensor, heads)
     figure = require_matplotlib()
     made_by = "the model's translation" if weights.generated else "the given translation"
-    lines = [f"source: {weights.source}", f"{made_by}: {weights.translation}"]
+    lines = [f"source: {weights.source}"] + ([] if kind == "encoder" else [f"{made_by}: {weights.translation}"])
     if kind == "cross":
         return _draw_heatmaps(figure, tensor, layers, chosen, weights.source_tokens, weights.target_tokens, lines)
     tokens = weights.source_tokens if kind == "encoder" else weights.decoder_input_tokens
@@ -309,7 +309,7 @@ def _draw_lines(figure_class, tensor, layers, heads, tokens, kind, lines):
     n = len(tokens)
     colours = _head_colours(tensor.shape[1])
     segments = [[(i, 1.0), (j, 0.0)] for i in range(n) for j in range(n)]
-    fig = figure_class(figsize=(max(4.0, 0.32 * n + 1.0), 3.4 * len(layers) + 1.2), layout="constrained")
+    fig = figure_class(figsize=(max(6.0, 0.42 * n + 1.5), 3.0 * len(layers) + 1.2), layout="constrained")
     axes = fig.subplots(len(layers), 1, squeeze=False)[:, 0]
     for ax, layer_index in zip(axes, layers):
         for h in heads:
@@ -328,8 +328,8 @@ def _draw_lines(figure_class, tensor, layers, heads, tokens, kind, lines):
     legend = [Patch(color=colours[h], label=f"head {h}") for h in heads]
     fig.legend(handles=legend, loc="outside lower center", ncols=min(len(heads), 8), fontsize=8, frameon=False)
     what = "Encoder" if kind == "encoder" else "Decoder (masked)"
-    _suptitle(fig, [f"{what} self-attention: queries (top) attend to keys (bottom); line width and opacity = "
-                    f"weight", *lines])
+    heading = f"{what} self-attention, queries (top) to keys (bottom); width and opacity = weight"
+    _suptitle(fig, [heading, *lines])
     return fig
 
 
