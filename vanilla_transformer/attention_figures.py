@@ -261,13 +261,18 @@ def _suptitle(fig, lines):
 
 
 def _draw_heatmaps(figure_class, tensor, layers, heads, source_tokens, target_tokens, lines):
-    # One row of panels per layer: each chosen head, then their mean. A single layer wraps its panels into a grid.
+    # One row of panels per layer: each chosen head, then their mean. A single layer wraps its panels into the grid
+    # closest to a 16:10 landscape page (a long target gives tall panels: then one row).
     panels = len(heads) + 1
-    columns = panels if len(layers) > 1 else math.ceil(math.sqrt(panels))
-    rows = len(layers) * math.ceil(panels / columns)
     cell = 0.24  # inches per token
     width = max(2.2, cell * len(source_tokens) + 1.2)
     height = max(2.2, cell * len(target_tokens) + 1.2)
+    if len(layers) > 1:
+        columns = panels
+    else:
+        columns = min(range(1, panels + 1),
+                      key=lambda c: abs(math.log(c * width / (math.ceil(panels / c) * height) / 1.6)))
+    rows = len(layers) * math.ceil(panels / columns)
     fig = figure_class(figsize=(columns * width + 1.0, rows * height + 1.0), layout="constrained")
     axes = fig.subplots(rows, columns, squeeze=False)
     for ax in axes.flat:
