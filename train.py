@@ -410,10 +410,11 @@ def finish(trainer, tokenizer, raw, tokenized, model_args, data_args, run_args, 
             logger.info("Test BLEU (average of %d checkpoints): %s", len(checkpoints), bleu)
     if run_args.plots:
         results["plots"] = plot_history(trainer.state.log_history, out_dir)
-        # The model card's figure: cross-attention for the first validation sentence (attention.png, pushed).
+        # The model card's figure: cross-attention for the first validation sentence, a PNG pushed with the plots.
         results["attention_figure"] = write_attention_figure(
             trainer.model, tokenizer, raw["validation"][0]["source"], out_dir, split=data_args.validation_split
         )
+        results["plots"] += [results["attention_figure"]["file"]] if results["attention_figure"] else []
     write_results_and_card(out_dir, config, results, args.hub_model_id)
     if averaged_results is not None:
         write_results_and_card(out_dir / "averaged", config, averaged_results, None)

@@ -78,6 +78,7 @@ def test_short_training_run_lowers_validation_loss_and_writes_a_loadable_model(d
     assert set(results["plots"]) >= {"loss.png", "learning_rate.png"}
     # The card shows the cross-attention figure of the first validation sentence, written beside it (pushed with it).
     assert results["attention_figure"]["file"] == "attention.png" and (out / "attention.png").stat().st_size > 0
+    assert "attention.png" in results["plots"]
     assert "![Cross-attention of decoder layer" in card.content and "(attention.png)" in card.content
     assert len((out / "test_2016_flickr.hyp.de").read_text().splitlines()) == 20
 
