@@ -1,0 +1,157 @@
+"""The package as users get it: a wheel, installed into a fresh environment, works away from this repository.
+
+A checkout hides packaging mistakes: files beside the package (the repository's `model_cards/`, the metric script)
+are found there through `__file__` paths even when the wheel leaves them out. So the wheel is built from a copy of
+the sources, its file list is checked against the package directory, and it is installed with `--no-deps` into a new
+virtual environment that borrows this environment's dependencies (a `.pth` file) but not its editable install of
+this package; a script run from outside the repository then does what train.py does at the end of a run.
+"""
+
+import importlib.metadata
+import json
+import shutil
+import subprocess
+import sys
+import sysconfig
+import textwrap
+import zipfile
+from pathlib import Path
+
+import pytest
+from helpers import subprocess_env
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "vanilla_transformer"
+
+
+def package_files() -> set[str]:
+    """Every file of the package directory, as wheel paths (`vanilla_transformer/...`), caches excluded."""
+    return {
+        path.relative_to(ROOT).as_posix() for path in PACKAGE.rglob("*")
+        if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc"
+    }
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    """The wheel built from a copy of the project's packaging inputs (a build in the checkout would leave `build/`
+    there, whose stale files a later wheel would pick up). No network: the build backend of this environment."""
+    version = importlib.metadata.version("setuptools")
+    if int(version.split(".")[0]) < 68:  # the dev extra requires it; only an environment set up otherwise lacks it
+        pytest.skip(f"setuptools>=68 is needed to build the wheel offline, found {version}")
+    tmp = tmp_path_factory.mktemp("wheel")
+    src = tmp / "src"
+    src.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, src / name)
+    shutil.copytree(PACKAGE, src / PACKAGE.name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-q",
+         "--disable-pip-version-check", "-w", str(tmp / "dist"), str(src)],
+        check=True, capture_output=True, text=True, cwd=tmp,
+    )
+    (path,) = (tmp / "dist").glob("vanilla_transformer-*.whl")
+    return path
+
+
+def test_wheel_holds_every_file_the_package_needs(wheel):
+    from vanilla_transformer import metrics, model_card
+
+    names = set(zipfile.ZipFile(wheel).namelist())
+    in_package = {name for name in names if name.startswith(f"{PACKAGE.name}/")}
+    assert in_package == package_files()
+    # The data files the code finds through `__file__` must be inside the package, hence in the wheel.
+    for path in (model_card.DEFAULT_TEMPLATE, metrics.METRIC_SCRIPT):
+        assert path.is_relative_to(PACKAGE), f"{path} is outside the package: a wheel install would not have it"
+        assert path.relative_to(ROOT).as_posix() in names
+    # The console command of the README.
+    entry_points = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
+    assert "vanilla-transformer = vanilla_transformer.cli:main" in entry_points
+
+
+# Run by the fresh environment's interpreter, in an empty directory outside the repository: what train.py does after
+# training (save the model with its remote code and tokenizer, translate, score BLEU, write results and the card).
+SCRIPT = textwrap.dedent(
+    """
+    import json, sys
+    from pathlib import Path
+    import torch
+    import vanilla_transformer
+    from huggingface_hub import ModelCard
+    from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
+    from vanilla_transformer.metrics import compute_bleu
+    from vanilla_transformer.model_card import write_model_card
+    from vanilla_transformer.tokenization import train_tokenizer
+    from vanilla_transformer.translate import translate
+
+    sources = ["a dog runs in the park", "a man rides a bike", "two children play"] * 20
+    targets = ["ein hund rennt im park", "ein mann fährt rad", "zwei kinder spielen"] * 20
+    tokenizer = train_tokenizer(sources + targets, vocab_size=300)
+    config = VanillaTransformerConfig(
+        vocab_size=len(tokenizer), d_model=16, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
+        decoder_attention_heads=2, encoder_ffn_dim=32, decoder_ffn_dim=32, pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+        decoder_start_token_id=tokenizer.bos_token_id,
+    )
+    torch.manual_seed(0)
+    model = VanillaTransformerForConditionalGeneration(config).eval()
+    out = Path("run")
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    hypotheses = translate(model, tokenizer, sources[:3], batch_size=3, max_new_tokens=5)
+    bleu = compute_bleu(hypotheses, targets[:3])
+    results = {"src_lang": "en", "tgt_lang": "de", "bleu": {"test": {"score": bleu["score"],
+               "signature": bleu["signature"]}}, "dataset": {"name": "toy"}}
+    (out / "results.json").write_text(json.dumps(results))
+    card = write_model_card(out, config, results)
+    print(json.dumps({
+        "package": vanilla_transformer.__file__,
+        "files": sorted(p.name for p in out.iterdir()),
+        "card_bleu": ModelCard.load(card).data.eval_results[0].metric_value,
+        "bleu": bleu["score"], "signature": bleu["signature"],
+    }))
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def fresh_env(wheel, tmp_path_factory) -> Path:
+    """A new virtual environment with the wheel installed and this environment's dependencies visible."""
+    venv = tmp_path_factory.mktemp("venv") / "env"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / ("Scripts/python.exe" if sys.platform == "win32" else "bin/python")
+    site_packages = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                                        check=True, capture_output=True, text=True).stdout.strip())
+    # Only the directories are added: .pth files in them (this environment's editable install of the package) are
+    # not processed, so the package can only come from the wheel.
+    ours = {sysconfig.get_path("purelib"), sysconfig.get_path("platlib")}
+    (site_packages / "borrowed_dependencies.pth").write_text("\n".join(sorted(ours)) + "\n")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "--no-index", "-q",
+         "--disable-pip-version-check", str(wheel)],
+        check=True, capture_output=True, text=True,
+    )
+    return python
+
+
+def test_installed_wheel_writes_a_model_card_outside_the_repository(fresh_env, tmp_path):
+    work = tmp_path / "elsewhere"
+    work.mkdir()
+    env = subprocess_env(PYTHONPATH="")  # nothing from the checkout on the path
+    result = subprocess.run([str(fresh_env), "-c", SCRIPT], cwd=work, env=env, capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    venv_root = fresh_env.parent.parent
+    assert Path(report["package"]).is_relative_to(venv_root), report["package"]  # the wheel's copy, not the checkout
+    assert not Path(report["package"]).is_relative_to(ROOT)
+    assert {"README.md", "model.safetensors", "tokenizer.json", "modeling_vanilla_transformer.py",
+            "configuration_vanilla_transformer.py"} <= set(report["files"])
+    assert report["card_bleu"] == report["bleu"] and "tok:13a" in report["signature"]
+
+    # The console command of the wheel, on a path that needs no network.
+    command = venv_root / ("Scripts/vanilla-transformer.exe" if sys.platform == "win32" else "bin/vanilla-transformer")
+    listed = subprocess.run([str(command), "push", str(work / "run"), "tester/toy", "--dry-run"], cwd=work, env=env,
+                            capture_output=True, text=True, timeout=300)
+    assert listed.returncode == 0, listed.stderr[-3000:]
+    assert {"model.safetensors", "config.json", "README.md"} <= set(listed.stdout.split())
