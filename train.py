@@ -32,7 +32,7 @@ from pathlib import Path
 import torch
 import transformers
 from datasets import DatasetDict
-from transformers import DataCollatorForSeq2Seq, HfArgumentParser, TrainerCallback, set_seed
+from transformers import DataCollatorForSeq2Seq, HfArgumentParser, set_seed
 
 from vanilla_transformer import PRESETS, VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 from vanilla_transformer.averaging import average_checkpoints, last_checkpoints
@@ -40,7 +40,7 @@ from vanilla_transformer.data import load_parallel_corpus, tokenize_corpus
 from vanilla_transformer.metrics import compute_bleu
 from vanilla_transformer.model_card import write_attention_figure, write_model_card
 from vanilla_transformer.tokenization import check_tokenizer_fits_model, load_tokenizer, train_tokenizer
-from vanilla_transformer.trainer import VanillaTrainingArguments, VanillaTransformerTrainer
+from vanilla_transformer.trainer import TimeLimit, VanillaTrainingArguments, VanillaTransformerTrainer
 from vanilla_transformer.translate import translate
 
 logger = logging.getLogger("train")
@@ -110,26 +110,6 @@ class RunArguments:
         metadata={"help": "Stop training (with a final checkpoint) after this many minutes of wall-clock time, even "
                   "before max_steps: 'train for about an hour' on a CPU. The schedule does not depend on max_steps."},
     )
-
-
-class TimeLimit(TrainerCallback):
-    """Ends training after `minutes` of wall-clock time, saving a checkpoint at that step (the Trainer's own
-    limits are in steps or epochs; the paper's runs, and CPU runs here, are sized in hours)."""
-
-    def __init__(self, minutes: float):
-        self.seconds = minutes * 60
-        self.started = None
-
-    def on_train_begin(self, args, state, control, **kwargs):
-        self.started = time.monotonic()
-
-    def on_step_end(self, args, state, control, **kwargs):
-        if time.monotonic() - self.started >= self.seconds:
-            logger.info("Time limit of %.1f minutes reached at step %d: saving and stopping.", self.seconds / 60, state.global_step)
-            control.should_training_stop = True
-            control.should_save = True
-            control.should_evaluate = args.eval_strategy != "no"
-        return control
 
 
 PARSER_CLASSES = (ModelArguments, DataArguments, TokenizerArguments, RunArguments, VanillaTrainingArguments)

@@ -6,6 +6,8 @@ import json
 import math
 import os
 import shutil
+import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -26,6 +28,7 @@ from vanilla_transformer.metrics import compute_bleu
 from vanilla_transformer.schedule import noam_learning_rate
 from vanilla_transformer.tokenization import train_tokenizer
 from vanilla_transformer.trainer import (
+    TimeLimit,
     VanillaTrainingArguments,
     VanillaTransformerTrainer,
     keep_sampler_sharding,
@@ -345,6 +348,103 @@ def test_a_crash_during_save_leaves_the_last_good_checkpoint(tmp_path, tokenizer
     assert sorted(os.listdir(tmp_path)) == ["checkpoint-2", "checkpoint-4", "checkpoint-6"]
     state = json.loads((tmp_path / "checkpoint-6" / "trainer_state.json").read_text())
     assert state["global_step"] == 6
+
+
+# ---- Time limit ----
+
+
+def fake_clock(seconds_per_call: float):
+    """A clock that advances `seconds_per_call` each time it is read: TimeLimit reads it once when training begins
+    and once after each update, so it reads `step * seconds_per_call` after update `step`."""
+    calls = itertools.count()
+    return lambda: next(calls) * seconds_per_call
+
+
+def test_time_limit_stops_saves_and_evaluates_at_the_step_it_is_reached(tmp_path, tokenizer, corpus):
+    limit = TimeLimit(2.5, clock=fake_clock(60))  # 150 s: over after update 3 (180 s)
+    trainer = make_trainer(tmp_path, tiny_model(tokenizer), tokenizer, corpus, [limit], max_steps=50,
+                           eval_strategy="steps", eval_steps=1000, generation_max_length=3)
+    trainer.train()
+    assert trainer.state.global_step == 3
+    assert sorted(os.listdir(tmp_path)) == ["checkpoint-3"]
+    assert [h["step"] for h in trainer.state.log_history if "eval_loss" in h] == [3]
+    with pytest.raises(ValueError, match="minutes"):
+        TimeLimit(0)
+
+
+# ---- Several processes (gloo on CPU) ----
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+TWO_PROCESS_SCRIPT = r"""
+import json, os, sys
+sys.path.insert(0, {tests!r})
+import test_trainer as t
+from vanilla_transformer import VanillaTransformerForConditionalGeneration
+from vanilla_transformer.tokenization import load_tokenizer
+work, rank = sys.argv[1], int(os.environ["RANK"])
+tok = load_tokenizer(work + "/model")
+corpus = t.tokenize_corpus(t.datasets.DatasetDict(train=t.datasets.Dataset.from_dict(
+    {{"source": t.read("train.en.gz", 200), "target": t.read("train.de.gz", 200)}})), tok, max_length=64)
+
+# 1. A time limit whose clocks disagree: rank 1's runs 1.5x faster, it alone would stop one update earlier.
+limit = t.TimeLimit(2.5, clock=t.fake_clock(60 if rank == 0 else 90))
+trainer = t.make_trainer(work + "/limited", t.tiny_model(tok), tok, corpus, [limit], max_steps=50)
+trainer.train()
+
+# 2. Evaluation of a trained model on 30 sentences in batches of 10: 3 batches for 2 processes.
+model = VanillaTransformerForConditionalGeneration.from_pretrained(work + "/model")
+evaluator = t.make_trainer(work + "/eval", model, tok, {{**corpus, "validation": corpus["train"].select(range(30))}},
+                           per_device_eval_batch_size=10, generation_max_length=20)
+bleu = evaluator.compute_metrics
+evaluator.compute_metrics = lambda p: {{**bleu(p), "sentences": len(p.predictions)}}
+metrics = evaluator.evaluate()
+json.dump({{"steps": trainer.state.global_step, "eval": metrics}}, open(f"{{work}}/rank{{rank}}.json", "w"))
+"""
+
+
+def test_two_processes_stop_at_the_same_step_and_evaluate_each_sentence_once(tmp_path, tokenizer, corpus):
+    """Two gloo processes. The time limit: each process has its own clock; if each decided alone, one would enter
+    the checkpoint's collectives while the other is in the next update's all-reduce (a hang). Evaluation: 30
+    sentences in batches of 10 make 2 rounds for 2 processes, the second filled up with the first batch again; BLEU
+    and the token-weighted loss must be those of one process, each sentence counted once."""
+    trainer = make_trainer(tmp_path / "training", tiny_model(tokenizer), tokenizer, corpus, max_steps=120,
+                           warmup_steps=10, lr_factor=0.5)
+    trainer.train()  # a model that translates a little, so that BLEU depends on which sentences are scored
+    trainer.save_model(str(tmp_path / "model"))
+    single = make_trainer(tmp_path / "eval", trainer.model, tokenizer, {**corpus, "validation": corpus["train"].select(range(30))},
+                          per_device_eval_batch_size=10, generation_max_length=20).evaluate()
+    assert single["eval_bleu"] > 0
+
+    script = tmp_path / "run.py"
+    script.write_text(TWO_PROCESS_SCRIPT.format(tests=str(Path(__file__).resolve().parent)))
+    # In a session of its own, so that a hang (the bug this guards against) ends with all its processes killed.
+    launch = subprocess.Popen(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()),
+         str(script), str(tmp_path)],
+        env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )
+    try:
+        _, stderr = launch.communicate(timeout=240)
+    except subprocess.TimeoutExpired:
+        os.killpg(launch.pid, signal.SIGKILL)
+        launch.communicate()
+        pytest.fail("the two processes did not finish in 240 s: they hang")
+    assert launch.returncode == 0, stderr[-3000:]
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    # Rank 0's clock decides for both: over after update 3 (180 s > 150 s), where rank 1's alone says update 2.
+    assert [r["steps"] for r in ranks] == [3, 3]
+    assert sorted(os.listdir(tmp_path / "limited")) == ["checkpoint-3"]
+    for r in ranks:
+        assert r["eval"]["eval_sentences"] == 30
+        assert r["eval"]["eval_bleu"] == single["eval_bleu"]
+        for key in ("eval_loss", "eval_nll_loss", "eval_ppl"):
+            assert r["eval"][key] == pytest.approx(single[key], rel=1e-6), key
 
 
 # ---- Data parallelism, for real (opt-in: ~1 minute on 2 CPU cores) ----

@@ -19,7 +19,10 @@ Trainer lacks; `VanillaTransformerTrainer` changes only what the recipe needs:
   `data.TokenBatchSampler`, which shards itself across data-parallel processes;
 - evaluation: the loss, NLL and perplexity on the validation set, and cased detokenized sacreBLEU of
   beam-search translations (`predict_with_generate`, the model's generation config: beam 4, length penalty
-  0.6); the best checkpoint by BLEU is tracked and kept (`metric_for_best_model="bleu"`);
+  0.6); the best checkpoint by BLEU is tracked and kept (`metric_for_best_model="bleu"`). With several
+  processes, predictions and per-sentence losses are gathered with `gather_for_metrics`, so that the sentences
+  repeated to fill the last round of batches do not count twice: the scores equal one process's;
+- time limit: the `TimeLimit` callback stops (and saves) after a wall-clock budget, the same step on every process;
 - checkpoints: safetensors weights, written into `tmp-checkpoint-<step>` and renamed to
   `checkpoint-<step>` once complete, so a crash during a save never leaves a half-written `checkpoint-*`
   that `resume_from_checkpoint=True` would pick.
@@ -36,6 +39,8 @@ import math
 import os
 import re
 import shutil
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -43,8 +48,9 @@ import datasets
 import torch
 import torch.nn.functional as F
 from accelerate.data_loader import BatchSamplerShard
+from accelerate.utils import broadcast
 from torch.utils.data import DataLoader
-from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments
+from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments, TrainerCallback
 from transformers.trainer import TRAINER_STATE_NAME
 from transformers.trainer_callback import ExportableState
 from transformers.trainer_utils import (
@@ -134,7 +140,7 @@ class VanillaTrainingArguments(Seq2SeqTrainingArguments):
 
 
 def label_smoothed_nll_loss(
-    logits: torch.Tensor, labels: torch.Tensor, epsilon: float, ignore_index: int = -100
+    logits: torch.Tensor, labels: torch.Tensor, epsilon: float, ignore_index: int = -100, *, per_sequence: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Label-smoothed cross-entropy of section 5.4, summed over the target tokens.
 
@@ -147,7 +153,8 @@ def label_smoothed_nll_loss(
     Written out, the loss per token is `(1 - epsilon) * NLL + epsilon * mean_v(-log p_v)`.
 
     Returns `(smoothed_sum, nll_sum, n_tokens)`, the sums running over positions whose label is not
-    `ignore_index`; the plain NLL is what perplexity is computed from.
+    `ignore_index`; the plain NLL is what perplexity is computed from. With `per_sequence=True` they are summed
+    over the last dimension only: one value per sequence (evaluation gathers them per sentence).
     """
     # In float32 at least: half-precision log-probabilities would lose the small terms of the smoothing sum.
     log_probs = F.log_softmax(logits, dim=-1, dtype=torch.promote_types(logits.dtype, torch.float32))
@@ -156,7 +163,8 @@ def label_smoothed_nll_loss(
     nll = -log_probs.gather(-1, gold).squeeze(-1)
     uniform = -log_probs.mean(dim=-1)
     smoothed = (1.0 - epsilon) * nll + epsilon * uniform
-    return smoothed.masked_fill(~mask, 0.0).sum(), nll.masked_fill(~mask, 0.0).sum(), mask.sum()
+    sums = (smoothed.masked_fill(~mask, 0.0), nll.masked_fill(~mask, 0.0), mask)
+    return tuple(t.sum(-1) for t in sums) if per_sequence else tuple(t.sum() for t in sums)
 
 
 class VanillaTransformerTrainer(Seq2SeqTrainer):
@@ -199,6 +207,7 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
             )
         # Sums of (smoothed loss, NLL, target tokens) since the last log, for training and for evaluation.
         self._loss_sums = {split: torch.zeros(3, device=self.args.device) for split in ("train", "eval")}
+        self._eval_sentence_sums = None  # the current evaluation batch's sums, one row per sentence
 
     # ---- Optimizer and schedule (section 5.3) ----
 
@@ -257,9 +266,10 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
             )
         outputs = model(**inputs)
         logits = outputs["logits"] if isinstance(outputs, dict) else outputs[0]
-        smoothed_sum, nll_sum, n_tokens = label_smoothed_nll_loss(
-            logits, labels.to(logits.device), self.args.label_smoothing
+        smoothed, nll, tokens = label_smoothed_nll_loss(
+            logits, labels.to(logits.device), self.args.label_smoothing, per_sequence=True
         )
+        smoothed_sum, n_tokens = smoothed.sum(), tokens.sum()
 
         if num_items_in_batch is not None:
             # Token count of the whole optimizer step; with `average_tokens_across_devices` it is the count over all
@@ -270,13 +280,18 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
         else:
             loss = smoothed_sum / n_tokens.clamp(min=1)
 
-        sums = self._loss_sums["train" if model.training else "eval"]
-        sums += torch.stack([smoothed_sum.detach(), nll_sum.detach(), n_tokens]).to(sums)
+        per_sentence = torch.stack([smoothed.detach(), nll.detach(), tokens.to(smoothed.dtype)], dim=-1)
+        if model.training:
+            self._loss_sums["train"] += per_sentence.sum(0).to(self._loss_sums["train"])
+        else:  # gathered sentence by sentence in `prediction_step`
+            self._eval_sentence_sums = per_sentence
         return (loss, outputs) if return_outputs else loss
 
     def _take_loss_sums(self, split: str) -> tuple[float, float, float]:
         """(smoothed sum, NLL sum, tokens) over all processes since the last call, then reset them."""
-        sums = self.accelerator.reduce(self._loss_sums[split].clone(), reduction="sum")
+        sums = self._loss_sums[split].clone()
+        if split == "train":  # evaluation sums are gathered already, without the repeated sentences
+            sums = self.accelerator.reduce(sums, reduction="sum")
         self._loss_sums[split].zero_()
         return tuple(sums.tolist())
 
@@ -291,8 +306,20 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
     # ---- Evaluation: loss, NLL, perplexity, BLEU ----
 
     def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None, **gen_kwargs):
+        self._eval_sentence_sums = None
         if not self.args.predict_with_generate or prediction_loss_only:
-            return super().prediction_step(model, inputs, prediction_loss_only, ignore_keys=ignore_keys)
+            outputs = super().prediction_step(model, inputs, prediction_loss_only, ignore_keys=ignore_keys)
+        else:
+            outputs = self._generate_step(model, inputs, **gen_kwargs)
+        if self._eval_sentence_sums is not None:
+            # The loss sentence by sentence, gathered like the predictions: under data parallelism the last round of
+            # batches is filled up with sentences from the start of the split, which `gather_for_metrics` drops.
+            sums = self.accelerator.gather_for_metrics(self._eval_sentence_sums)
+            self._loss_sums["eval"] += sums.sum(0).to(self._loss_sums["eval"])
+            self._eval_sentence_sums = None
+        return outputs
+
+    def _generate_step(self, model, inputs, **gen_kwargs):
         inputs = self._prepare_inputs(inputs)
         loss = labels = None
         if "labels" in inputs:
@@ -306,12 +333,25 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
         kwargs = {k: v for k, v in {**getattr(self, "_gen_kwargs", {}), **gen_kwargs}.items() if v is not None}
         source = {k: v for k, v in inputs.items() if k not in ("labels", "decoder_input_ids", "decoder_attention_mask")}
         generated = self.accelerator.unwrap_model(model).generate(**source, **kwargs)
+        if generated.shape[0] != source["input_ids"].shape[0]:
+            raise ValueError(
+                f"Generation returned {generated.shape[0]} sequences for {source['input_ids'].shape[0]} sentences "
+                f"(num_return_sequences={kwargs.get('num_return_sequences')}): BLEU evaluation scores one translation "
+                f"per sentence; leave `num_return_sequences` at 1."
+            )
         return loss, generated, labels
 
     def evaluation_loop(
         self, dataloader, description, prediction_loss_only=None, ignore_keys=None, metric_key_prefix="eval"
     ):
         self._loss_sums["eval"].zero_()
+        # `Seq2SeqTrainer.evaluate`/`predict` switch the Trainer's `gather_for_metrics` to a plain `gather` (for
+        # several generated sequences per sentence, which `prediction_step` refuses). A plain gather keeps the
+        # sentences repeated to fill the last round of batches of a multi-process evaluation: they would count
+        # twice in BLEU. Back to the Trainer's default.
+        self.gather_function = partial(
+            self.accelerator.gather_for_metrics, use_gather_object=self.args.eval_use_gather_object
+        )
         output = super().evaluation_loop(
             dataloader, description, prediction_loss_only=prediction_loss_only, ignore_keys=ignore_keys,
             metric_key_prefix=metric_key_prefix,
@@ -422,6 +462,38 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
             )
 
 
+class TimeLimit(TrainerCallback):
+    """Ends training after `minutes` of wall-clock time, saving (and, when the run evaluates, evaluating) at that
+    step. The Trainer's own limits are in steps or epochs; the paper's runs, and CPU runs here, are sized in hours.
+
+    The processes of a data-parallel run must stop at the same step: one that stopped a step early would wait in the
+    checkpoint's collectives while the others wait in the next step's gradient all-reduce, and the run would hang.
+    Their clocks are not the same, so the main process's clock decides, and its decision is broadcast to the others
+    after every update (one tiny collective, next to the all-reduce of every gradient). `clock` returns seconds;
+    the default is `time.monotonic`.
+    """
+
+    def __init__(self, minutes: float, clock: Callable[[], float] = time.monotonic):
+        if not minutes > 0:
+            raise ValueError(f"`minutes` must be positive, got {minutes!r}: the wall-clock budget of the training.")
+        self.seconds = minutes * 60
+        self.clock = clock
+        self.started = None
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.started = self.clock()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        over = torch.tensor([float(self.clock() - self.started >= self.seconds)], device=args.device)
+        if broadcast(over, from_process=0).item():
+            logger.info("Time limit of %.1f minutes reached at step %d: saving and stopping.", self.seconds / 60,
+                        state.global_step)
+            control.should_training_stop = True
+            control.should_save = True
+            control.should_evaluate = args.eval_strategy != "no"
+        return control
+
+
 def keep_sampler_sharding(dataloader, sampler):
     """Undo accelerate's sharding of a batch sampler that shards itself (returns `dataloader`).
 
@@ -477,4 +549,4 @@ def _publish_directory(staging_dir: str, final_dir: str) -> None:
     _fsync(os.path.dirname(os.path.abspath(final_dir)))  # persist the rename itself
 
 
-__all__ = ["VanillaTrainingArguments", "VanillaTransformerTrainer", "keep_sampler_sharding", "label_smoothed_nll_loss"]
+__all__ = ["TimeLimit", "VanillaTrainingArguments", "VanillaTransformerTrainer", "keep_sampler_sharding", "label_smoothed_nll_loss"]
