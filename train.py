@@ -5,7 +5,8 @@
     accelerate launch train.py --config configs/wmt14_en_de_base.json   # several GPUs or machines
 
 Every option is a field of the dataclasses below (`python train.py --help` lists them); `--config FILE.json`
-sets any of them, and options given on the command line win over the file. The run writes into
+(or `--config=FILE.json`) sets any of them, an unknown key in it is an error, and options given on the command
+line win over the file. The run writes into
 `--output_dir`: checkpoints, the final model with tokenizer and generation config (ready for
 `from_pretrained`), the averaged model (`averaged/`, when `--average_last K`), `results.json`, TensorBoard logs
 and PNG plots of loss, learning rate and BLEU.
@@ -18,6 +19,7 @@ and loss (`.trainer`), checkpoint averaging (`.averaging`), BLEU (`.metrics`) an
 
 from __future__ import annotations
 
+import argparse
 import itertools
 import json
 import logging
@@ -123,13 +125,12 @@ def parse_args(argv: list[str] | None = None):
     # Without an accelerator, say so to the Trainer: only then does it set up gloo data parallelism across the
     # processes of `accelerate launch --multi_gpu` / `torchrun` (otherwise each CPU process trains alone).
     parser.set_defaults(use_cpu=torch.accelerator.current_accelerator() is None)
-    known = {a.dest for a in parser._actions}
-    config_path = None
-    if "--config" in argv:
-        i = argv.index("--config")
-        config_path = argv[i + 1] if i + 1 < len(argv) else None
-        if config_path is None:
-            parser.error("--config needs a JSON file")
+    known = {a.dest for a in parser._actions} - {"help", "config"}
+    # The file's values become the parser's defaults, so it is read before the real parse; argparse itself finds it
+    # (`--config FILE` and `--config=FILE` alike).
+    preparser = argparse.ArgumentParser(add_help=False)
+    preparser.add_argument("--config", default=None)
+    config_path = preparser.parse_known_args(argv)[0].config
     if config_path is not None:
         path = Path(config_path)
         if not path.is_file():

@@ -99,6 +99,26 @@ def test_bad_arguments_fail_before_training(data_dir, tmp_path, change, match):
     assert not list((tmp_path / "run").glob("checkpoint-*"))
 
 
+@pytest.mark.parametrize("form", ["separate", "equals"])
+def test_config_file_sets_defaults_that_the_command_line_overrides(tmp_path, form):
+    config = tmp_path / "preset.json"
+    config.write_text(json.dumps({"max_steps": 7, "vocab_size": 1234, "preset": "base", "warmup_steps": 11}))
+    option = ["--config", str(config)] if form == "separate" else [f"--config={config}"]
+    model_args, _, tok_args, _, training_args = train.parse_args(
+        [*option, "--output_dir", str(tmp_path / "run"), "--warmup_steps", "22", "--report_to", "none"]
+    )
+    assert (training_args.max_steps, tok_args.vocab_size, model_args.preset) == (7, 1234, "base")
+    assert training_args.warmup_steps == 22  # the command line wins
+
+
+def test_unknown_key_in_config_file_is_named(tmp_path):
+    config = tmp_path / "preset.json"
+    config.write_text(json.dumps({"max_steps": 7, "max_step": 8}))
+    for option in (["--config", str(config)], [f"--config={config}"]):
+        with pytest.raises(ValueError, match="'max_step'"):
+            train.parse_args([*option, "--output_dir", str(tmp_path / "run")])
+
+
 def test_bad_data_files_fail_before_training(data_dir, tmp_path):
     broken = tmp_path / "broken"
     shutil.copytree(data_dir, broken)
