@@ -26,6 +26,7 @@ import logging
 import math
 import os
 import platform
+import shutil
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -42,7 +43,7 @@ from vanilla_transformer.data import load_parallel_corpus, tokenize_corpus
 from vanilla_transformer.metrics import compute_bleu
 from vanilla_transformer.model_card import write_attention_figure, write_model_card
 from vanilla_transformer.tokenization import check_tokenizer_fits_model, load_tokenizer, train_tokenizer
-from vanilla_transformer.trainer import TimeLimit, VanillaTrainingArguments, VanillaTransformerTrainer
+from vanilla_transformer.trainer import TimeLimit, VanillaTrainingArguments, VanillaTransformerTrainer, last_checkpoint
 from vanilla_transformer.translate import translate
 
 logger = logging.getLogger("train")
@@ -112,6 +113,11 @@ class RunArguments:
         metadata={"help": "Stop training (with a final checkpoint) after this many minutes of wall-clock time, even "
                   "before max_steps: 'train for about an hour' on a CPU. The schedule does not depend on max_steps."},
     )
+    overwrite_output_dir: bool = field(
+        default=False,
+        metadata={"help": "Train into an --output_dir that holds an earlier run: its contents are deleted first. "
+                  "Without it, a non-empty --output_dir is an error unless --resume_from_checkpoint is given."},
+    )
 
 
 PARSER_CLASSES = (ModelArguments, DataArguments, TokenizerArguments, RunArguments, VanillaTrainingArguments)
@@ -146,6 +152,20 @@ def parse_args(argv: list[str] | None = None):
     if extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     model_args, data_args, tok_args, run_args, training_args = parsed
+    resume = training_args.resume_from_checkpoint
+    if isinstance(resume, str) and resume.lower() in ("true", "false"):
+        # The Trainer's convention: True = the newest checkpoint in output_dir.
+        training_args.resume_from_checkpoint = resume = True if resume.lower() == "true" else None
+    if isinstance(resume, str) and not Path(resume).is_dir():
+        raise ValueError(
+            f"--resume_from_checkpoint {resume!r} is not a directory: pass a checkpoint-<step> directory of an earlier "
+            f"run, or 'true' for the newest checkpoint in --output_dir."
+        )
+    if resume is True and last_checkpoint(training_args.output_dir) is None:
+        raise ValueError(
+            f"--resume_from_checkpoint true, but --output_dir {training_args.output_dir!r} holds no checkpoint-<step> "
+            f"directory to resume from: check --output_dir, or start without --resume_from_checkpoint."
+        )
     if model_args.preset not in PRESETS:
         raise ValueError(f"--preset {model_args.preset!r} does not exist: choose one of {sorted(PRESETS)}.")
     if training_args.max_tokens is not None and data_args.max_length > training_args.max_tokens:
@@ -180,14 +200,75 @@ def build_config(model_args: ModelArguments, tokenizer) -> VanillaTransformerCon
     )
 
 
-def get_tokenizer(tok_args: TokenizerArguments, raw, training_args) -> transformers.PreTrainedTokenizerBase:
+def prepare_output_dir(out_dir: Path, run_args: RunArguments, training_args) -> None:
+    """Refuse to mix two runs in one directory: an earlier run's `checkpoint-*` would be averaged with this run's and
+    its tokenizer reused. A non-empty directory is taken only to resume, or emptied with --overwrite_output_dir.
+    Checked by the main process before any process writes there."""
+    with training_args.main_process_first(desc="checking the output directory", local=False):
+        if training_args.process_index != 0 or training_args.resume_from_checkpoint or not out_dir.is_dir():
+            return
+        entries = sorted(p.name for p in out_dir.iterdir())
+        if not entries:
+            return
+        if not run_args.overwrite_output_dir:
+            raise ValueError(
+                f"--output_dir {str(out_dir)!r} is not empty ({', '.join(entries[:6])}{', ...' if len(entries) > 6 else ''}): "
+                f"continue that run with --resume_from_checkpoint true, replace it with --overwrite_output_dir, or choose "
+                f"another --output_dir."
+            )
+        # Only a directory this script wrote is emptied: a mistyped --output_dir must not delete someone's files.
+        written_by_a_run = ("trainer_state.json", "results.json", "tokenizer")
+        if last_checkpoint(str(out_dir)) is None and not any((out_dir / name).exists() for name in written_by_a_run):
+            raise ValueError(
+                f"--overwrite_output_dir: {str(out_dir)!r} does not look like an output directory of train.py (no "
+                f"checkpoint, tokenizer/, trainer_state.json or results.json), so it is not emptied: remove it yourself "
+                f"or choose another --output_dir."
+            )
+        logger.warning("--overwrite_output_dir: deleting the earlier run in %s (%s).", out_dir, ", ".join(entries))
+        for name in entries:
+            path = out_dir / name
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
+
+
+def tokenizer_settings(tok_args: TokenizerArguments, data_args: DataArguments) -> dict:
+    """What a trained tokenizer depends on: stored beside it, and compared when a run finds one in its directory."""
+    local = Path(data_args.dataset).exists()
+    return {
+        "vocab_size": tok_args.vocab_size, "min_frequency": tok_args.min_frequency,
+        "dataset": str(Path(data_args.dataset).resolve()) if local else data_args.dataset,
+        "dataset_config": data_args.dataset_config, "train_split": data_args.train_split,
+        "src_lang": data_args.src_lang, "tgt_lang": data_args.tgt_lang, "src_column": data_args.src_column,
+        "tgt_column": data_args.tgt_column, "max_train_samples": data_args.max_train_samples,
+    }
+
+
+TOKENIZER_SETTINGS = "training_settings.json"  # in OUTPUT_DIR/tokenizer/
+
+
+def get_tokenizer(tok_args: TokenizerArguments, data_args: DataArguments, raw, training_args):
     if tok_args.tokenizer is not None:
         return load_tokenizer(tok_args.tokenizer)
     # Section 5.1: one vocabulary shared by source and target, learned on the training data only. Trained by the
     # main process and read back by the others, so that every process has the same one.
     tok_dir = Path(training_args.output_dir) / "tokenizer"
+    settings = tokenizer_settings(tok_args, data_args)
     with training_args.main_process_first(desc="training the tokenizer"):
         if (tok_dir / "tokenizer.json").is_file():
+            saved_path = tok_dir / TOKENIZER_SETTINGS
+            saved = json.loads(saved_path.read_text()) if saved_path.is_file() else None
+            if saved is None:
+                logger.warning("%s has no %s: cannot check that it was trained as this run asks.", tok_dir, TOKENIZER_SETTINGS)
+            elif saved != settings:
+                changed = sorted(k for k in settings.keys() | saved.keys() if settings.get(k) != saved.get(k))
+                raise ValueError(
+                    f"The tokenizer of this run ({tok_dir}) was trained with "
+                    f"{', '.join(f'{k}={saved.get(k)!r}' for k in changed)}, but this run asks for "
+                    f"{', '.join(f'{k}={settings.get(k)!r}' for k in changed)}: resume with the run's settings, or "
+                    f"train into another --output_dir (or --overwrite_output_dir)."
+                )
             logger.info("Using the tokenizer of this run in %s (trained by the main process, or before a resume).", tok_dir)
         elif training_args.process_index == 0:
             train = raw["train"]
@@ -197,6 +278,7 @@ def get_tokenizer(tok_args: TokenizerArguments, raw, training_args) -> transform
                 min_frequency=tok_args.min_frequency,
             )
             tokenizer.save_pretrained(tok_dir)
+            (tok_dir / TOKENIZER_SETTINGS).write_text(json.dumps(settings, indent=2) + "\n")
             logger.info("Trained a shared BPE tokenizer of %d tokens on %d pairs -> %s", len(tokenizer), len(train), tok_dir)
     return load_tokenizer(str(tok_dir))
 
@@ -251,6 +333,7 @@ def main(argv: list[str] | None = None) -> dict:
     transformers.logging.set_verbosity_warning()
     set_seed(training_args.seed)
     out_dir = Path(training_args.output_dir)
+    prepare_output_dir(out_dir, run_args, training_args)
     out_dir.mkdir(parents=True, exist_ok=True)
     if training_args.push_to_hub:
         # A missing or invalid token, or a namespace the token cannot write to, fails here, before any training.
@@ -274,7 +357,7 @@ def main(argv: list[str] | None = None) -> dict:
         raw["train"] = raw["train"].select(range(min(data_args.max_train_samples, len(raw["train"]))))
 
     # 2. Tokenizer and model, checked against each other.
-    tokenizer = get_tokenizer(tok_args, raw, training_args)
+    tokenizer = get_tokenizer(tok_args, data_args, raw, training_args)
     if model_args.init_from:
         model = VanillaTransformerForConditionalGeneration.from_pretrained(model_args.init_from)
     else:

@@ -91,6 +91,8 @@ def test_short_training_run_lowers_validation_loss_and_writes_a_loadable_model(d
         (["--tgt_lang", "xx"], "xx"),
         (["--dataset", "/nonexistent/corpus"], "does not exist"),
         (["--max_length", "5000"], "max_tokens"),
+        (["--resume_from_checkpoint", "/nonexistent/checkpoint-7"], "resume_from_checkpoint"),
+        (["--resume_from_checkpoint", "true"], "holds no checkpoint"),
     ],
 )
 def test_bad_arguments_fail_before_training(data_dir, tmp_path, change, match):
@@ -117,6 +119,44 @@ def test_unknown_key_in_config_file_is_named(tmp_path):
     for option in (["--config", str(config)], [f"--config={config}"]):
         with pytest.raises(ValueError, match="'max_step'"):
             train.parse_args([*option, "--output_dir", str(tmp_path / "run")])
+
+
+def test_an_earlier_run_in_the_output_dir_is_refused_resumed_or_overwritten(data_dir, tmp_path):
+    """An earlier run's leftovers (a checkpoint, a tokenizer of another vocabulary size) must not leak into a new run:
+    without a flag the directory is refused; --resume_from_checkpoint true continues the run only with the
+    tokenizer settings it was trained with; --overwrite_output_dir starts afresh, averaging only its own checkpoints."""
+    out = tmp_path / "run"
+    short = ["--save_steps", "2", "--test_split", "", "--plots", "false", "--max_train_samples", "300", "--logging_steps", "1"]
+    train.main(_args(data_dir, out, "--max_steps", "2", *short, "--vocab_size", "600"))
+    assert json.loads((out / "tokenizer" / "training_settings.json").read_text())["vocab_size"] == 600
+    with pytest.raises(ValueError, match="--output_dir .* is not empty.*--overwrite_output_dir"):
+        train.main(_args(data_dir, out, "--max_steps", "4", *short))
+    with pytest.raises(ValueError, match="vocab_size=600.*vocab_size=1000"):  # TINY_MODEL asks for 1000
+        train.main(_args(data_dir, out, "--max_steps", "4", *short, "--resume_from_checkpoint", "true"))
+
+    # Resuming with the run's settings: 'true' is the newest checkpoint of --output_dir (the Trainer's convention).
+    written = (out / "checkpoint-2" / "model.safetensors").stat().st_mtime_ns
+    train.main(_args(data_dir, out, "--max_steps", "4", *short, "--vocab_size", "600", "--resume_from_checkpoint", "true"))
+    state = json.loads((out / "trainer_state.json").read_text())
+    assert state["global_step"] == 4 and [h["step"] for h in state["log_history"] if "loss" in h] == [1, 2, 3, 4]
+    assert (out / "checkpoint-2" / "model.safetensors").stat().st_mtime_ns == written  # continued, not redone
+
+    # Overwriting: a fresh tokenizer, and only this run's checkpoints in the average.
+    (out / "checkpoint-999").mkdir()  # a leftover that would be the newest checkpoint
+    results = train.main(_args(data_dir, out, "--max_steps", "2", "--save_steps", "1", "--average_last", "2",
+                               "--test_split", "test_2016_flickr", "--plots", "false", "--max_train_samples", "300",
+                               "--generation_max_length", "5", "--overwrite_output_dir"))
+    assert results["tokenizer"]["vocab_size"] == len(train.load_tokenizer(str(out / "tokenizer"))) != 600
+    assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-1", "checkpoint-2"]
+    averaged = json.loads((out / "averaged" / "results.json").read_text())
+    assert averaged["checkpoint_averaging"]["checkpoints"] == ["checkpoint-1", "checkpoint-2"]
+
+
+def test_overwrite_only_empties_a_directory_of_a_run(data_dir, tmp_path):
+    (tmp_path / "notes.txt").write_text("not a training run")
+    with pytest.raises(ValueError, match="does not look like an output directory"):
+        train.main(_args(data_dir, tmp_path, "--max_steps", "1", "--overwrite_output_dir"))
+    assert (tmp_path / "notes.txt").is_file()
 
 
 def test_bad_data_files_fail_before_training(data_dir, tmp_path):

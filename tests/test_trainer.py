@@ -325,6 +325,23 @@ def test_resume_reproduces_the_uninterrupted_run(tmp_path, tokenizer, corpus):
         assert torch.equal(p, q), name
 
 
+def test_resuming_with_another_schedule_is_refused(tmp_path, tokenizer, corpus):
+    """The checkpoint's scheduler state holds its warm-up and factor; resuming would restore them over the new ones."""
+    common = dict(max_steps=2, save_strategy="steps", save_steps=2)
+    make_trainer(tmp_path, tiny_model(tokenizer), tokenizer, corpus, **common).train()
+    for change, message in [
+        (dict(warmup_steps=5), "warmup_steps=4.*warmup_steps=5"),
+        (dict(lr_factor=2.0), "lr_factor=1.0.*lr_factor=2.0"),
+        (dict(lr_scheduler_type="linear"), "paper's learning-rate schedule.*'linear'"),
+    ]:
+        again = make_trainer(tmp_path, tiny_model(tokenizer), tokenizer, corpus, **{**common, "max_steps": 4, **change})
+        with pytest.raises(ValueError, match=message):
+            again.train(resume_from_checkpoint=True)
+    # The same schedule resumes.
+    same = make_trainer(tmp_path, tiny_model(tokenizer), tokenizer, corpus, **{**common, "max_steps": 4})
+    assert same.train(resume_from_checkpoint=str(tmp_path / "checkpoint-2")).global_step == 4
+
+
 def test_a_crash_during_save_leaves_the_last_good_checkpoint(tmp_path, tokenizer, corpus, monkeypatch):
     common = dict(max_steps=6, save_strategy="steps", save_steps=2)
     trainer = make_trainer(tmp_path, tiny_model(tokenizer), tokenizer, corpus, **common)

@@ -51,12 +51,13 @@ from accelerate.data_loader import BatchSamplerShard
 from accelerate.utils import broadcast
 from torch.utils.data import DataLoader
 from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments, TrainerCallback
-from transformers.trainer import TRAINER_STATE_NAME
+from transformers.trainer import SCHEDULER_NAME, TRAINER_STATE_NAME
 from transformers.trainer_callback import ExportableState
 from transformers.trainer_utils import (
     PREFIX_CHECKPOINT_DIR,
     SaveStrategy,
     SchedulerType,
+    get_last_checkpoint,
     rotate_checkpoints,
     seed_worker,
 )
@@ -208,6 +209,53 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
         # Sums of (smoothed loss, NLL, target tokens) since the last log, for training and for evaluation.
         self._loss_sums = {split: torch.zeros(3, device=self.args.device) for split in ("train", "eval")}
         self._eval_sentence_sums = None  # the current evaluation batch's sums, one row per sentence
+
+    # ---- Resuming ----
+
+    def train(self, resume_from_checkpoint: str | bool | None = None, trial=None, **kwargs):
+        """`Trainer.train`; `resume_from_checkpoint=True` takes the newest checkpoint of `output_dir`, and a
+        checkpoint whose learning-rate schedule differs from these arguments is refused (the Trainer would restore
+        the checkpoint's schedule, silently ignoring the new values)."""
+        if resume_from_checkpoint is True:
+            resume_from_checkpoint = last_checkpoint(self.args.output_dir)
+            if resume_from_checkpoint is None:
+                raise ValueError(
+                    f"`resume_from_checkpoint=True` but `output_dir` {self.args.output_dir!r} holds no checkpoint: pass "
+                    f"the path of one, or start without resuming."
+                )
+        if resume_from_checkpoint:
+            self._check_schedule_of(str(resume_from_checkpoint))
+        return super().train(resume_from_checkpoint=resume_from_checkpoint or None, trial=trial, **kwargs)
+
+    def _check_schedule_of(self, checkpoint: str) -> None:
+        path = os.path.join(checkpoint, SCHEDULER_NAME)
+        if not os.path.isfile(path):
+            return  # a checkpoint saved without optimizer state (`save_only_model`): nothing is restored
+        saved = torch.load(path, map_location="cpu", weights_only=True)  # numbers only, no pickled objects
+        paper_schedule = SchedulerType(self.args.lr_scheduler_type) == SchedulerType.INVERSE_SQRT
+        if paper_schedule != ("factor" in saved):
+            kind = "the paper's learning-rate schedule" if "factor" in saved else "a stock Trainer schedule"
+            raise ValueError(
+                f"Checkpoint {checkpoint!r} was trained with {kind}, but this run sets "
+                f"`lr_scheduler_type`={self.args.lr_scheduler_type!r}: "
+                f"resume with the checkpoint's schedule, or start a new run from its weights (`--init_from`)."
+            )
+        if paper_schedule:
+            warmup = self.args.get_warmup_steps(self.args.max_steps) if self.args.max_steps > 0 else saved["warmup_steps"]
+            ours = {"warmup_steps": warmup, "lr_factor": float(self.args.lr_factor),
+                    "d_model": getattr(self.accelerator.unwrap_model(self.model).config, "d_model", None)}
+            theirs = {"warmup_steps": saved["warmup_steps"], "lr_factor": saved["factor"], "d_model": saved["d_model"]}
+        else:
+            ours, theirs = {"learning_rate": self.args.learning_rate}, {"learning_rate": saved["base_lrs"][0]}
+        changed = [name for name in ours if ours[name] != theirs[name]]
+        if changed:
+            raise ValueError(
+                f"Checkpoint {checkpoint!r} has the learning-rate schedule "
+                f"{', '.join(f'{n}={theirs[n]!r}' for n in changed)}, but this run sets "
+                f"{', '.join(f'{n}={ours[n]!r}' for n in changed)}; resuming would restore the checkpoint's values and "
+                f"ignore these. Pass the checkpoint's values to continue its run, or start a new run from its weights "
+                f"(`--init_from`)."
+            )
 
     # ---- Optimizer and schedule (section 5.3) ----
 
@@ -494,6 +542,11 @@ class TimeLimit(TrainerCallback):
         return control
 
 
+def last_checkpoint(run_dir: str) -> str | None:
+    """The `checkpoint-<step>` directory of `run_dir` with the highest step, or None."""
+    return get_last_checkpoint(run_dir) if os.path.isdir(run_dir) else None
+
+
 def keep_sampler_sharding(dataloader, sampler):
     """Undo accelerate's sharding of a batch sampler that shards itself (returns `dataloader`).
 
@@ -549,4 +602,11 @@ def _publish_directory(staging_dir: str, final_dir: str) -> None:
     _fsync(os.path.dirname(os.path.abspath(final_dir)))  # persist the rename itself
 
 
-__all__ = ["TimeLimit", "VanillaTrainingArguments", "VanillaTransformerTrainer", "keep_sampler_sharding", "label_smoothed_nll_loss"]
+__all__ = [
+    "TimeLimit",
+    "VanillaTrainingArguments",
+    "VanillaTransformerTrainer",
+    "keep_sampler_sharding",
+    "label_smoothed_nll_loss",
+    "last_checkpoint",
+]
