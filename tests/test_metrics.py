@@ -1,5 +1,6 @@
 """BLEU through the bundled `evaluate` module equals sacreBLEU's own, offline."""
 
+import re
 import socket
 from pathlib import Path
 
@@ -121,3 +122,20 @@ def test_compute_metrics_decodes_like_the_trainer_gathers(tokenizer, hypotheses,
 def test_compute_metrics_needs_a_tokenizer():
     with pytest.raises(ValueError, match="tokenizer"):
         make_compute_metrics(None)
+
+
+def test_the_papers_scores_are_described_as_tokenized_bleu():
+    """The paper's 27.3 / 28.4 are tokenized BLEU with compound splitting (tensor2tensor's get_ende_bleu.sh), not
+    sacreBLEU's detokenized BLEU: every text of the project that cites them says so, and none says otherwise."""
+    root = Path(__file__).resolve().parents[1]
+    files = [root / "README.md", *(root / "vanilla_transformer").rglob("*.py"),
+             *(root / "vanilla_transformer").rglob("*.md"), *(root / "model_cards").glob("*.md")]
+    citing = 0
+    for path in files:
+        for paragraph in path.read_text(encoding="utf-8").split("\n\n"):
+            text = " ".join(paragraph.replace("*", "").split())
+            assert not re.search(r"paper\W+(reports|uses)\W+(cased\W+)?(BLEU\W+on\W+)?detokeni", text, re.I), path
+            if "27.3" in text:
+                citing += 1
+                assert re.search(r"tokenized BLEU", text) and "compound" in text, (path, text)
+    assert citing >= 3  # README, the metric module, the card template (and the cards written from it)
