@@ -38,12 +38,18 @@ from datasets import DatasetDict
 from transformers import DataCollatorForSeq2Seq, HfArgumentParser, set_seed
 
 from vanilla_transformer import PRESETS, VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
-from vanilla_transformer.averaging import average_checkpoints, last_checkpoints
+from vanilla_transformer.averaging import average_checkpoints
 from vanilla_transformer.data import load_parallel_corpus, tokenize_corpus
 from vanilla_transformer.metrics import compute_bleu
 from vanilla_transformer.model_card import write_attention_figure, write_model_card
 from vanilla_transformer.tokenization import check_tokenizer_fits_model, load_tokenizer, train_tokenizer
-from vanilla_transformer.trainer import TimeLimit, VanillaTrainingArguments, VanillaTransformerTrainer, last_checkpoint
+from vanilla_transformer.trainer import (
+    TimeLimit,
+    VanillaTrainingArguments,
+    VanillaTransformerTrainer,
+    complete_checkpoints,
+    last_checkpoint,
+)
 from vanilla_transformer.translate import translate
 
 logger = logging.getLogger("train")
@@ -454,12 +460,12 @@ def finish(trainer, tokenizer, raw, tokenized, model_args, data_args, run_args, 
         results["bleu"]["test"]["split"] = data_args.test_split
         (out_dir / f"{data_args.test_split}.hyp.{data_args.tgt_lang}").write_text("\n".join(hyps) + "\n")
         logger.info("Test BLEU (final model): %s", results["bleu"]["test"])
-        if run_args.average_last and any(out_dir.glob("checkpoint-*")):
-            available = len(list(out_dir.glob("checkpoint-*")))
-            k = min(run_args.average_last, available)
+        available = complete_checkpoints(str(out_dir))  # never one whose save did not finish
+        if run_args.average_last and available:
+            k = min(run_args.average_last, len(available))
             if k < run_args.average_last:
-                logger.warning("Only %d checkpoints in %s: averaging %d, not %d.", available, out_dir, k, run_args.average_last)
-            checkpoints = last_checkpoints(str(out_dir), k)
+                logger.warning("Only %d checkpoints in %s: averaging %d, not %d.", len(available), out_dir, k, run_args.average_last)
+            checkpoints = available[-k:]
             averaged_dir = Path(average_checkpoints(checkpoints, str(out_dir / "averaged")))
             tokenizer.save_pretrained(averaged_dir)
             averaged = VanillaTransformerForConditionalGeneration.from_pretrained(averaged_dir).to(model.device)

@@ -16,9 +16,7 @@ import datasets
 import pytest
 import torch
 import torch.nn.functional as F
-from accelerate.data_loader import prepare_data_loader, skip_first_batches
 from transformers import DataCollatorForSeq2Seq, TrainerCallback
-from transformers.trainer_utils import get_last_checkpoint
 
 from helpers import read_multi30k, subprocess_env
 from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
@@ -31,8 +29,8 @@ from vanilla_transformer.trainer import (
     TimeLimit,
     VanillaTrainingArguments,
     VanillaTransformerTrainer,
-    keep_sampler_sharding,
     label_smoothed_nll_loss,
+    last_checkpoint,
 )
 
 read = read_multi30k  # read(name, n): the first n lines of a Multi30k file
@@ -230,29 +228,6 @@ def test_token_batches_cover_the_epoch_within_the_budget(tmp_path, tokenizer, co
     assert sorted(map(tuple, sampler)) == sorted(map(tuple, first_epoch))
 
 
-def test_self_sharding_sampler_is_not_sharded_again():
-    src = tgt = [3, 5, 4, 6, 2, 7, 3, 5, 8, 4, 6, 3]
-    dataset = list(range(len(src)))
-    collate = lambda rows: rows  # noqa: E731
-    for rank in (0, 1):
-        sampler = TokenBatchSampler(src, tgt, 12, seed=1, num_replicas=2, rank=rank)
-        own = list(sampler)  # epoch 0
-        # What accelerator.prepare does on 2 processes: a BatchSamplerShard around the batch sampler.
-        sharded = prepare_data_loader(
-            torch.utils.data.DataLoader(dataset, batch_sampler=sampler, collate_fn=collate),
-            num_processes=2, process_index=rank, put_on_device=False,
-        )
-        assert len(list(sharded)) < len(own)  # without the fix, half the batches are lost
-        loader = keep_sampler_sharding(sharded, sampler)
-        loader.set_epoch(0)  # as the Trainer does before each epoch (accelerate counts iterations as epochs)
-        assert list(loader) == own and len(loader) == len(own)
-        # Resuming mid-epoch: the Trainer sets the epoch through accelerate's SkipBatchSampler wrapper.
-        skipped = skip_first_batches(loader, 1)
-        skipped.batch_sampler.batch_sampler.set_epoch(3)
-        assert sampler.epoch == 3
-        assert list(skipped) == list(sampler)[1:]
-
-
 # ---- Evaluation ----
 
 
@@ -355,9 +330,10 @@ def test_a_crash_during_save_leaves_the_last_good_checkpoint(tmp_path, tokenizer
     monkeypatch.setattr(trainer, "_save_rng_state", crash_at_step_4)
     with pytest.raises(KeyboardInterrupt):
         trainer.train()
-    assert sorted(os.listdir(tmp_path)) == ["checkpoint-2", "tmp-checkpoint-4"]
-    assert "model.safetensors" in os.listdir(tmp_path / "tmp-checkpoint-4")  # written, but never published
-    assert get_last_checkpoint(str(tmp_path)) == str(tmp_path / "checkpoint-2")
+    assert sorted(os.listdir(tmp_path)) == ["checkpoint-2", "checkpoint-4"]
+    assert "model.safetensors" in os.listdir(tmp_path / "checkpoint-4")  # written, but the save did not finish
+    assert "trainer_state.json" not in os.listdir(tmp_path / "checkpoint-4")
+    assert last_checkpoint(str(tmp_path)) == str(tmp_path / "checkpoint-2")
 
     again = make_trainer(tmp_path, tiny_model(tokenizer), tokenizer, corpus, **common)
     again.train(resume_from_checkpoint=True)
@@ -365,6 +341,24 @@ def test_a_crash_during_save_leaves_the_last_good_checkpoint(tmp_path, tokenizer
     assert sorted(os.listdir(tmp_path)) == ["checkpoint-2", "checkpoint-4", "checkpoint-6"]
     state = json.loads((tmp_path / "checkpoint-6" / "trainer_state.json").read_text())
     assert state["global_step"] == 6
+
+
+def test_only_complete_checkpoints_are_resumed_from(tmp_path, tokenizer, corpus):
+    """A save is complete once `trainer_state.json` is written (the Trainer writes it last): a checkpoint without
+    it, or with a truncated one, is never taken, whatever its step."""
+    make_trainer(tmp_path, tiny_model(tokenizer), tokenizer, corpus, max_steps=2, save_strategy="steps",
+                 save_steps=2).train()
+    shutil.copytree(tmp_path / "checkpoint-2", tmp_path / "checkpoint-4")
+    state = (tmp_path / "checkpoint-4" / "trainer_state.json").read_text()
+    (tmp_path / "checkpoint-4" / "trainer_state.json").write_text(state[: len(state) // 2])  # cut mid-write
+    shutil.copytree(tmp_path / "checkpoint-2", tmp_path / "checkpoint-6")
+    (tmp_path / "checkpoint-6" / "trainer_state.json").unlink()
+    assert last_checkpoint(str(tmp_path)) == str(tmp_path / "checkpoint-2")
+    again = make_trainer(tmp_path, tiny_model(tokenizer), tokenizer, corpus, max_steps=3)
+    with pytest.raises(ValueError, match="did not finish"):
+        again.train(resume_from_checkpoint=str(tmp_path / "checkpoint-4"))
+    assert again.train(resume_from_checkpoint=True).global_step == 3
+    assert sorted(os.listdir(tmp_path)) == ["checkpoint-2"]  # the incomplete ones are gone
 
 
 # ---- Time limit ----
@@ -412,6 +406,9 @@ corpus = t.tokenize_corpus(t.datasets.DatasetDict(train=t.datasets.Dataset.from_
 # 1. A time limit whose clocks disagree: rank 1's runs 1.5x faster, it alone would stop one update earlier.
 limit = t.TimeLimit(2.5, clock=t.fake_clock(60 if rank == 0 else 90))
 trainer = t.make_trainer(work + "/limited", t.tiny_model(tok), tok, corpus, [limit], max_steps=50)
+# Each process trains on its own token batches, all of them (the sampler shards itself; accelerate must not again).
+batches = [len(batch["input_ids"]) for batch in trainer.get_train_dataloader()]
+own = [len(b) for b in t.TokenBatchSampler.from_dataset(corpus["train"], 400, seed=0, num_replicas=2, rank=rank)]
 trainer.train()
 
 # 2. Evaluation of a trained model on 30 sentences in batches of 10: 3 batches for 2 processes.
@@ -421,15 +418,17 @@ evaluator = t.make_trainer(work + "/eval", model, tok, {{**corpus, "validation":
 bleu = evaluator.compute_metrics
 evaluator.compute_metrics = lambda p: {{**bleu(p), "sentences": len(p.predictions)}}
 metrics = evaluator.evaluate()
-json.dump({{"steps": trainer.state.global_step, "eval": metrics}}, open(f"{{work}}/rank{{rank}}.json", "w"))
+json.dump({{"steps": trainer.state.global_step, "eval": metrics, "batches": batches, "own": own}},
+          open(f"{{work}}/rank{{rank}}.json", "w"))
 """
 
 
 def test_two_processes_stop_at_the_same_step_and_evaluate_each_sentence_once(tmp_path, tokenizer, corpus):
-    """Two gloo processes. The time limit: each process has its own clock; if each decided alone, one would enter
-    the checkpoint's collectives while the other is in the next update's all-reduce (a hang). Evaluation: 30
-    sentences in batches of 10 make 2 rounds for 2 processes, the second filled up with the first batch again; BLEU
-    and the token-weighted loss must be those of one process, each sentence counted once."""
+    """Two gloo processes. Batches: each process trains on all of its own token batches (the sampler shards itself,
+    accelerate must not deal them out again). The time limit: each process has its own clock; if each decided
+    alone, one would enter the checkpoint's collectives while the other is in the next update's all-reduce (a hang).
+    Evaluation: 30 sentences in batches of 10 make 2 rounds for 2 processes, the second filled up with the first
+    batch again; BLEU and the token-weighted loss must be those of one process, each sentence counted once."""
     trainer = make_trainer(tmp_path / "training", tiny_model(tokenizer), tokenizer, corpus, max_steps=120,
                            warmup_steps=10, lr_factor=0.5)
     trainer.train()  # a model that translates a little, so that BLEU depends on which sentences are scored
@@ -454,6 +453,9 @@ def test_two_processes_stop_at_the_same_step_and_evaluate_each_sentence_once(tmp
         pytest.fail("the two processes did not finish in 240 s: they hang")
     assert launch.returncode == 0, stderr[-3000:]
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    for r in ranks:
+        assert r["batches"] == r["own"] and len(r["own"]) > 1
+    assert sum(ranks[0]["own"]) + sum(ranks[1]["own"]) >= len(corpus["train"])  # together: the whole epoch
     # Rank 0's clock decides for both: over after update 3 (180 s > 150 s), where rank 1's alone says update 2.
     assert [r["steps"] for r in ranks] == [3, 3]
     assert sorted(os.listdir(tmp_path / "limited")) == ["checkpoint-3"]

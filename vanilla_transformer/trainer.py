@@ -23,9 +23,9 @@ Trainer lacks; `VanillaTransformerTrainer` changes only what the recipe needs:
   processes, predictions and per-sentence losses are gathered with `gather_for_metrics`, so that the sentences
   repeated to fill the last round of batches do not count twice: the scores equal one process's;
 - time limit: the `TimeLimit` callback stops (and saves) after a wall-clock budget, the same step on every process;
-- checkpoints: safetensors weights, written into `tmp-checkpoint-<step>` and renamed to
-  `checkpoint-<step>` once complete, so a crash during a save never leaves a half-written `checkpoint-*`
-  that `resume_from_checkpoint=True` would pick.
+- checkpoints: safetensors weights, in the Trainer's `checkpoint-<step>` directories. A checkpoint is complete
+  once its `trainer_state.json` exists, which the Trainer writes last; resuming takes only complete ones
+  (`last_checkpoint`), so a crash during a save never makes `resume_from_checkpoint=True` pick a half-written one.
 
 Resuming (`trainer.train(resume_from_checkpoint=...)`) restores the model, the optimizer, the schedule
 (`scheduler.pt`), the RNG states and the position in the data (the sampler's order depends only on its seed
@@ -34,6 +34,7 @@ and the epoch), so it continues the uninterrupted run's loss curve exactly (test
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
@@ -47,28 +48,18 @@ from functools import partial
 import datasets
 import torch
 import torch.nn.functional as F
-from accelerate.data_loader import BatchSamplerShard
+from accelerate.data_loader import prepare_data_loader
 from accelerate.utils import broadcast
 from torch.utils.data import DataLoader
 from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments, TrainerCallback
 from transformers.trainer import SCHEDULER_NAME, TRAINER_STATE_NAME
-from transformers.trainer_callback import ExportableState
-from transformers.trainer_utils import (
-    PREFIX_CHECKPOINT_DIR,
-    SaveStrategy,
-    SchedulerType,
-    get_last_checkpoint,
-    rotate_checkpoints,
-    seed_worker,
-)
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, SchedulerType, seed_worker
 
 from .batching import TokenBatchSampler
 from .metrics import make_compute_metrics
 from .schedule import NoamLR, peak_learning_rate
 
 logger = logging.getLogger(__name__)
-
-STAGING_PREFIX = "tmp-"  # staging directories are tmp-checkpoint-<step>; the Trainer only sees checkpoint-<step>
 
 
 @dataclass
@@ -209,6 +200,7 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
         # Sums of (smoothed loss, NLL, target tokens) since the last log, for training and for evaluation.
         self._loss_sums = {split: torch.zeros(3, device=self.args.device) for split in ("train", "eval")}
         self._eval_sentence_sums = None  # the current evaluation batch's sums, one row per sentence
+        self._noam_scheduler = None  # the paper's schedule, when `create_scheduler` built it
 
     # ---- Resuming ----
 
@@ -220,12 +212,35 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
             resume_from_checkpoint = last_checkpoint(self.args.output_dir)
             if resume_from_checkpoint is None:
                 raise ValueError(
-                    f"`resume_from_checkpoint=True` but `output_dir` {self.args.output_dir!r} holds no checkpoint: pass "
-                    f"the path of one, or start without resuming."
+                    f"`resume_from_checkpoint=True` but `output_dir` {self.args.output_dir!r} holds no complete "
+                    f"checkpoint: pass the path of one, or start without resuming."
                 )
         if resume_from_checkpoint:
-            self._check_schedule_of(str(resume_from_checkpoint))
+            resume_from_checkpoint = str(resume_from_checkpoint)
+            if not is_complete_checkpoint(resume_from_checkpoint):
+                raise ValueError(
+                    f"`resume_from_checkpoint` {resume_from_checkpoint!r} has no readable {TRAINER_STATE_NAME}, which "
+                    f"the Trainer writes last: its save did not finish. Resume from an earlier checkpoint (True takes "
+                    f"the newest complete one)."
+                )
+            self._check_schedule_of(resume_from_checkpoint)
+            self._remove_incomplete_checkpoints()
+        # A schedule this trainer built is built again for this call (its arguments or step count may have changed),
+        # as the Trainer does with the schedules it builds itself; one given by the caller is kept.
+        if self.lr_scheduler is not None and self.lr_scheduler is self._noam_scheduler:
+            self.lr_scheduler = None
         return super().train(resume_from_checkpoint=resume_from_checkpoint or None, trial=trial, **kwargs)
+
+    def _remove_incomplete_checkpoints(self) -> None:
+        # What a crash during a save left: never resumed from, and rewritten when the run reaches that step again;
+        # removed now so that neither checkpoint rotation nor averaging counts them meanwhile.
+        if not self.args.should_save or not os.path.isdir(self.args.output_dir):
+            return
+        for name in sorted(os.listdir(self.args.output_dir)):
+            path = os.path.join(self.args.output_dir, name)
+            if _CHECKPOINT_RE.match(name) and os.path.isdir(path) and not is_complete_checkpoint(path):
+                logger.warning("Removing %s: its save did not finish (no %s).", path, TRAINER_STATE_NAME)
+                shutil.rmtree(path)
 
     def _check_schedule_of(self, checkpoint: str) -> None:
         path = os.path.join(checkpoint, SCHEDULER_NAME)
@@ -289,7 +304,7 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
                 warmup_steps=warmup,
                 factor=self.args.lr_factor,
             )
-            self._created_lr_scheduler = True  # the Trainer rebuilds it on the next `train()` call
+            self._noam_scheduler = self.lr_scheduler  # rebuilt by the next `train()` call, see there
             logger.info(
                 "Learning rate: the paper's schedule, d_model=%d, warmup=%d, factor=%g, peak %.3g at update %d.",
                 d_model, warmup, self.args.lr_factor, peak_learning_rate(d_model, warmup, self.args.lr_factor), warmup,
@@ -450,64 +465,14 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
         }
         if self.args.dataloader_multiprocessing_context is not None:
             params["multiprocessing_context"] = self.args.dataloader_multiprocessing_context
-        return keep_sampler_sharding(self.accelerator.prepare(DataLoader(dataset, **params)), sampler)
-
-    # ---- Crash-safe checkpoints ----
-
-    def _save_checkpoint(self, model, trial) -> None:
-        """The Trainer's `_save_checkpoint` (same files, same best-checkpoint and rotation logic), but written into
-        `tmp-checkpoint-<step>` and renamed to `checkpoint-<step>` only once every file is on disk: the Trainer 5.23
-        writes straight into `checkpoint-<step>`, so a crash mid-save leaves a truncated checkpoint that
-        `resume_from_checkpoint=True` (`get_last_checkpoint`) would take as the newest."""
-        if self.is_deepspeed_enabled or self.is_fsdp_enabled:  # they write sharded state of their own
-            return super()._save_checkpoint(model, trial)
-        run_dir = self._get_output_dir(trial=trial)
-        name = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
-        final_dir = os.path.join(run_dir, name)
-        staging_dir = os.path.join(run_dir, STAGING_PREFIX + name)
-        if self.args.should_save:
-            _remove_staging_dirs(run_dir)  # left over by an earlier crash
-        self.accelerator.wait_for_everyone()
-
-        if self.hp_search_backend is None and trial is None:
-            self.store_flos()
-        self.save_model(staging_dir, _internal_call=True)
-        if not self.args.save_only_model:
-            self._save_optimizer_and_scheduler(staging_dir)
-            self._save_scaler(staging_dir)
-            self._save_rng_state(staging_dir)
-
-        saves_by_schedule = self.args.save_strategy in (SaveStrategy.STEPS, SaveStrategy.EPOCH, SaveStrategy.BEST)
-        if saves_by_schedule and self.state.best_global_step:
-            best_dir = os.path.join(run_dir, f"{PREFIX_CHECKPOINT_DIR}-{self.state.best_global_step}")
-            # The best checkpoint may be the one being written, which is not yet at its final place.
-            if self.state.best_global_step == self.state.global_step or os.path.exists(best_dir):
-                self.state.best_model_checkpoint = best_dir
-
-        if self.args.should_save:
-            for callback in self.callback_handler.callbacks + [self.control]:
-                if isinstance(callback, ExportableState):
-                    cb_name, cb_state = callback.__class__.__name__, callback.state()
-                    if isinstance(self.state.stateful_callbacks[cb_name], list):
-                        self.state.stateful_callbacks[cb_name].append(cb_state)
-                    else:
-                        self.state.stateful_callbacks[cb_name] = cb_state
-            self.state.save_to_json(os.path.join(staging_dir, TRAINER_STATE_NAME))
-
-        self.accelerator.wait_for_everyone()  # every process has written its RNG state into the staging directory
-        if self.args.should_save:
-            _publish_directory(staging_dir, final_dir)
-        self.accelerator.wait_for_everyone()
-
-        if self.args.push_to_hub:
-            self._push_from_checkpoint(final_dir)
-        if self.args.should_save:
-            rotate_checkpoints(
-                output_dir=run_dir,
-                save_total_limit=self.args.save_total_limit,
-                best_model_checkpoint=self.state.best_model_checkpoint,
-                use_mtime=True,
-            )
+        # accelerate would wrap the batch sampler in a `BatchSamplerShard` dealing out its (already per-process)
+        # batches once more, keeping 1 in `num_processes`. Prepared as the loader of one process, it only places
+        # the batches on the device; the Trainer's `set_epoch` reaches the sampler directly, and through the
+        # `SkipBatchSampler` of a resumed epoch.
+        return prepare_data_loader(
+            DataLoader(dataset, **params), self.accelerator.device, num_processes=1, process_index=0,
+            put_on_device=self.accelerator.device_placement, non_blocking=self.accelerator.non_blocking,
+        )
 
 
 class TimeLimit(TrainerCallback):
@@ -542,71 +507,41 @@ class TimeLimit(TrainerCallback):
         return control
 
 
-def last_checkpoint(run_dir: str) -> str | None:
-    """The `checkpoint-<step>` directory of `run_dir` with the highest step, or None."""
-    return get_last_checkpoint(run_dir) if os.path.isdir(run_dir) else None
+_CHECKPOINT_RE = re.compile(rf"^{PREFIX_CHECKPOINT_DIR}-(\d+)$")
 
 
-def keep_sampler_sharding(dataloader, sampler):
-    """Undo accelerate's sharding of a batch sampler that shards itself (returns `dataloader`).
-
-    Under data parallelism `accelerator.prepare` wraps the batch sampler in a `BatchSamplerShard`, which would deal
-    the (already per-process) batches round-robin once more and keep only 1 in `num_processes` of them. Make it a
-    pass-through, as the Trainer does for its own rank-aware `BatchRebalanceSampler`. The wrapper has no
-    `set_epoch` either, which the Trainer looks for on it when it resumes mid-epoch (through accelerate's
-    `SkipBatchSampler`): forward it to the sampler, so that the resumed epoch has the right order.
-    """
-    wrapper = getattr(dataloader, "batch_sampler", None)
-    if isinstance(wrapper, BatchSamplerShard) and wrapper.batch_sampler is sampler:
-        wrapper.num_processes, wrapper.process_index, wrapper.batch_size = 1, 0, None
-        wrapper.set_epoch = sampler.set_epoch
-    return dataloader
-
-
-_STAGING_RE = re.compile(rf"^{STAGING_PREFIX}{PREFIX_CHECKPOINT_DIR}-\d+(\.old)?$")
-
-
-def _remove_staging_dirs(run_dir: str) -> None:
-    if os.path.isdir(run_dir):
-        for entry in os.listdir(run_dir):
-            if _STAGING_RE.match(entry):
-                shutil.rmtree(os.path.join(run_dir, entry), ignore_errors=True)
-
-
-def _fsync(path: str) -> None:
-    # Best effort: the rename is what keeps a half-written checkpoint invisible; flushing also protects against a
-    # power loss, where the platform allows it (Windows cannot fsync a read-only handle or a directory).
+def is_complete_checkpoint(checkpoint: str) -> bool:
+    """Whether a save of `checkpoint-<step>` finished. The Trainer writes `trainer_state.json` last, after the weights,
+    optimizer, scheduler and RNG states: a directory without it, or with a truncated one, is what a crash during the
+    save left."""
     try:
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-    except OSError:
-        pass
+        with open(os.path.join(checkpoint, TRAINER_STATE_NAME), encoding="utf-8") as handle:
+            return isinstance(json.load(handle).get("global_step"), int)
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
-def _publish_directory(staging_dir: str, final_dir: str) -> None:
-    """Make `staging_dir` appear as `final_dir` in one step: its files are flushed to disk, then it is renamed
-    (`os.replace` is atomic on POSIX and Windows within a filesystem)."""
-    for root, _, files in os.walk(staging_dir):
-        for name in files:
-            _fsync(os.path.join(root, name))
-    if os.path.exists(final_dir):  # the same step saved twice (e.g. a save at the end of training)
-        old = staging_dir + ".old"
-        os.replace(final_dir, old)
-        os.replace(staging_dir, final_dir)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.replace(staging_dir, final_dir)
-    _fsync(os.path.dirname(os.path.abspath(final_dir)))  # persist the rename itself
+def complete_checkpoints(run_dir: str) -> list[str]:
+    """The complete `checkpoint-<step>` directories of `run_dir`, by step (oldest first)."""
+    if not os.path.isdir(run_dir):
+        return []
+    steps = sorted((int(m.group(1)), name) for name in os.listdir(run_dir) if (m := _CHECKPOINT_RE.match(name)))
+    paths = [os.path.join(run_dir, name) for _, name in steps]
+    return [path for path in paths if os.path.isdir(path) and is_complete_checkpoint(path)]
+
+
+def last_checkpoint(run_dir: str) -> str | None:
+    """The newest complete checkpoint of `run_dir` (what `resume_from_checkpoint=True` takes), or None."""
+    checkpoints = complete_checkpoints(run_dir)
+    return checkpoints[-1] if checkpoints else None
 
 
 __all__ = [
     "TimeLimit",
     "VanillaTrainingArguments",
     "VanillaTransformerTrainer",
-    "keep_sampler_sharding",
+    "complete_checkpoints",
+    "is_complete_checkpoint",
     "label_smoothed_nll_loss",
     "last_checkpoint",
 ]
