@@ -23,13 +23,12 @@ import argparse
 import itertools
 import json
 import logging
-import math
 import os
 import platform
 import shutil
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -164,8 +163,8 @@ def parse_args(argv: list[str] | None = None):
         training_args.resume_from_checkpoint = resume = True if resume.lower() == "true" else None
     if isinstance(resume, str) and not Path(resume).is_dir():
         raise ValueError(
-            f"--resume_from_checkpoint {resume!r} is not a directory: pass a checkpoint-<step> directory of an earlier "
-            f"run, or 'true' for the newest checkpoint in --output_dir."
+            f"--resume_from_checkpoint {resume!r} is not a directory: pass a checkpoint-<step> directory of an "
+            f"earlier run, or 'true' for the newest checkpoint in --output_dir."
         )
     if resume is True and last_checkpoint(training_args.output_dir) is None:
         raise ValueError(
@@ -217,18 +216,18 @@ def prepare_output_dir(out_dir: Path, run_args: RunArguments, training_args) -> 
         if not entries:
             return
         if not run_args.overwrite_output_dir:
+            listing = ", ".join(entries[:6]) + (", ..." if len(entries) > 6 else "")
             raise ValueError(
-                f"--output_dir {str(out_dir)!r} is not empty ({', '.join(entries[:6])}{', ...' if len(entries) > 6 else ''}): "
-                f"continue that run with --resume_from_checkpoint true, replace it with --overwrite_output_dir, or choose "
-                f"another --output_dir."
+                f"--output_dir {str(out_dir)!r} is not empty ({listing}): continue that run with "
+                f"--resume_from_checkpoint true, replace it with --overwrite_output_dir, or choose another --output_dir."
             )
         # Only a directory this script wrote is emptied: a mistyped --output_dir must not delete someone's files.
         written_by_a_run = ("trainer_state.json", "results.json", "tokenizer")
         if last_checkpoint(str(out_dir)) is None and not any((out_dir / name).exists() for name in written_by_a_run):
             raise ValueError(
                 f"--overwrite_output_dir: {str(out_dir)!r} does not look like an output directory of train.py (no "
-                f"checkpoint, tokenizer/, trainer_state.json or results.json), so it is not emptied: remove it yourself "
-                f"or choose another --output_dir."
+                f"checkpoint, tokenizer/, trainer_state.json or results.json), so it is not emptied: remove it "
+                f"yourself or choose another --output_dir."
             )
         logger.warning("--overwrite_output_dir: deleting the earlier run in %s (%s).", out_dir, ", ".join(entries))
         for name in entries:
@@ -266,7 +265,8 @@ def get_tokenizer(tok_args: TokenizerArguments, data_args: DataArguments, raw, t
             saved_path = tok_dir / TOKENIZER_SETTINGS
             saved = json.loads(saved_path.read_text()) if saved_path.is_file() else None
             if saved is None:
-                logger.warning("%s has no %s: cannot check that it was trained as this run asks.", tok_dir, TOKENIZER_SETTINGS)
+                logger.warning("%s has no %s: cannot check that it was trained as this run asks.", tok_dir,
+                               TOKENIZER_SETTINGS)
             elif saved != settings:
                 changed = sorted(k for k in settings.keys() | saved.keys() if settings.get(k) != saved.get(k))
                 raise ValueError(
@@ -323,14 +323,6 @@ def plot_history(log_history: list[dict], out_dir: Path) -> list[str]:
             written.append(name)
         plt.close(fig)
     return written
-
-
-def test_bleu(model, tokenizer, raw_test, batch_size: int) -> dict:
-    started = time.perf_counter()
-    hypotheses = translate(model, tokenizer, raw_test["source"], batch_size=batch_size)
-    result = compute_bleu(hypotheses, raw_test["target"])
-    result.update(sentences=len(hypotheses), seconds=round(time.perf_counter() - started, 1))
-    return result, hypotheses
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -397,30 +389,64 @@ def main(argv: list[str] | None = None) -> dict:
     trainer.save_model()  # final model + tokenizer + generation config, ready for from_pretrained
     trainer.save_state()
 
-    results = {}
-    if trainer.is_world_process_zero():
-        results = finish(trainer, tokenizer, raw, tokenized, model_args, data_args, run_args, train_result, train_seconds)
+    if not trainer.is_world_process_zero():
+        return {}
+
+    # 5. Results of the final model: what the run was (results.json, in the model card's schema), test BLEU, plots.
+    # Each directory describes its own weights: OUTPUT_DIR the final model, OUTPUT_DIR/averaged the average.
+    results = collect_results(trainer, tokenizer, tokenized["train"], model_args, data_args, train_result,
+                              train_seconds)
+    averaged_results = None
+    if data_args.test_split:
+        results["bleu"]["test"] = score_test_split(trainer.model, tokenizer, raw["test"], data_args, run_args, out_dir)
+        # 6. The average of the last K checkpoints (section 6.1), scored on the same test split.
+        if run_args.average_last:
+            averaged = average_last_checkpoints(out_dir, run_args.average_last, tokenizer, trainer.model.device)
+            if averaged is not None:
+                model_averaged, names = averaged
+                bleu = score_test_split(model_averaged, tokenizer, raw["test"], data_args, run_args,
+                                        out_dir / "averaged")
+                averaged_results = {**results, "bleu": {"test": bleu},
+                                    "checkpoint_averaging": {"num_checkpoints": len(names), "checkpoints": names}}
+                results["averaged_model"] = {"path": "averaged", "num_checkpoints": len(names), "bleu_test": bleu}
+    if run_args.plots:
+        results["plots"] = plot_history(trainer.state.log_history, out_dir)
+        # The model card's figure: cross-attention for the first validation sentence, a PNG pushed with the plots.
+        results["attention_figure"] = write_attention_figure(
+            trainer.model, tokenizer, raw["validation"][0]["source"], out_dir, split=data_args.validation_split
+        )
+        results["plots"] += [results["attention_figure"]["file"]] if results["attention_figure"] else []
+
+    # 7. results.json and model cards; the Hub.
+    config, args = trainer.model.config, trainer.args
+    write_results_and_card(out_dir, config, results, args.hub_model_id)
+    if averaged_results is not None:
+        write_results_and_card(out_dir / "averaged", config, averaged_results, None)
+    if args.push_to_hub:
+        # The Trainer pushed checkpoints while training (hub_strategy); the final push carries the model card
+        # (written from results.json), the plots and the remote code.
+        from vanilla_transformer.hub import push_run
+
+        results["hub_commit"] = push_run(
+            out_dir, args.hub_model_id or out_dir.name, private=bool(args.hub_private_repo),
+            revision=args.hub_revision, token=args.hub_token,
+        )
     return results
 
 
-def finish(trainer, tokenizer, raw, tokenized, model_args, data_args, run_args, train_result, train_seconds):
-    """Test BLEU of the final and of the averaged model, results.json and model cards, plots (main process only).
-
-    Each directory describes its own weights: `OUTPUT_DIR/results.json` and `README.md` the final model,
-    `OUTPUT_DIR/averaged/results.json` and `README.md` the average of the last K checkpoints (section 6.1)."""
-    args = trainer.args
-    out_dir = Path(args.output_dir)
-    train_tokens = sum(int(n) for n in tokenized["train"]["tgt_len"]) + sum(int(n) for n in tokenized["train"]["src_len"])
+def collect_results(trainer, tokenizer, train_split, model_args, data_args, train_result, train_seconds) -> dict:
+    """What the run was, in the schema of `vanilla_transformer.model_card`; `bleu` is filled in by the caller."""
+    args, config = trainer.args, trainer.model.config
+    train_tokens = sum(int(n) for n in train_split["tgt_len"]) + sum(int(n) for n in train_split["src_len"])
     epochs = trainer.state.epoch or 0.0
-    config = trainer.model.config
     local = Path(data_args.dataset).exists()
-    results = {  # the schema of vanilla_transformer.model_card
+    return {
         "src_lang": data_args.src_lang,
         "tgt_lang": data_args.tgt_lang,
         # A local directory is named by its folder (e.g. "multi30k"); a Hub dataset also by its id (card metadata).
         "dataset": {"name": Path(data_args.dataset).name if local else data_args.dataset,
                     **({"path": data_args.dataset} if local else {"hub_id": data_args.dataset}),
-                    "train_pairs": len(tokenized["train"]),
+                    "train_pairs": len(train_split),
                     "splits": {"train": data_args.train_split, "validation": data_args.validation_split,
                                "test": data_args.test_split}},
         "preset": model_args.preset,
@@ -452,52 +478,34 @@ def finish(trainer, tokenizer, raw, tokenized, model_args, data_args, run_args, 
         "best_validation_bleu": trainer.state.best_metric,
         "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
     }
-    averaged_results = None
-    if data_args.test_split:
-        test = raw["test"]
-        model = trainer.model
-        results["bleu"]["test"], hyps = test_bleu(model, tokenizer, test, run_args.test_batch_size)
-        results["bleu"]["test"]["split"] = data_args.test_split
-        (out_dir / f"{data_args.test_split}.hyp.{data_args.tgt_lang}").write_text("\n".join(hyps) + "\n")
-        logger.info("Test BLEU (final model): %s", results["bleu"]["test"])
-        available = complete_checkpoints(str(out_dir))  # never one whose save did not finish
-        if run_args.average_last and available:
-            k = min(run_args.average_last, len(available))
-            if k < run_args.average_last:
-                logger.warning("Only %d checkpoints in %s: averaging %d, not %d.", len(available), out_dir, k, run_args.average_last)
-            checkpoints = available[-k:]
-            averaged_dir = Path(average_checkpoints(checkpoints, str(out_dir / "averaged")))
-            tokenizer.save_pretrained(averaged_dir)
-            averaged = VanillaTransformerForConditionalGeneration.from_pretrained(averaged_dir).to(model.device)
-            bleu, hyps = test_bleu(averaged, tokenizer, test, run_args.test_batch_size)
-            bleu["split"] = data_args.test_split
-            averaged_results = {
-                **results, "bleu": {"test": bleu},
-                "checkpoint_averaging": {"num_checkpoints": len(checkpoints), "checkpoints": [Path(c).name for c in checkpoints]},
-            }
-            results["averaged_model"] = {"path": "averaged", "num_checkpoints": len(checkpoints), "bleu_test": bleu}
-            (averaged_dir / f"{data_args.test_split}.hyp.{data_args.tgt_lang}").write_text("\n".join(hyps) + "\n")
-            logger.info("Test BLEU (average of %d checkpoints): %s", len(checkpoints), bleu)
-    if run_args.plots:
-        results["plots"] = plot_history(trainer.state.log_history, out_dir)
-        # The model card's figure: cross-attention for the first validation sentence, a PNG pushed with the plots.
-        results["attention_figure"] = write_attention_figure(
-            trainer.model, tokenizer, raw["validation"][0]["source"], out_dir, split=data_args.validation_split
-        )
-        results["plots"] += [results["attention_figure"]["file"]] if results["attention_figure"] else []
-    write_results_and_card(out_dir, config, results, args.hub_model_id)
-    if averaged_results is not None:
-        write_results_and_card(out_dir / "averaged", config, averaged_results, None)
-    if args.push_to_hub:
-        # The Trainer pushed checkpoints while training (hub_strategy); the final push carries the model card
-        # (written from results.json), the plots and the remote code.
-        from vanilla_transformer.hub import push_run
 
-        results["hub_commit"] = push_run(
-            out_dir, args.hub_model_id or out_dir.name, private=bool(args.hub_private_repo),
-            revision=args.hub_revision, token=args.hub_token,
-        )
-    return results
+
+def score_test_split(model, tokenizer, test, data_args: DataArguments, run_args: RunArguments, out_dir: Path) -> dict:
+    """Test BLEU of `model` (beam search with its generation config); the hypotheses go to `out_dir`."""
+    started = time.perf_counter()
+    hypotheses = translate(model, tokenizer, test["source"], batch_size=run_args.test_batch_size)
+    result = compute_bleu(hypotheses, test["target"])
+    seconds = round(time.perf_counter() - started, 1)
+    result.update(sentences=len(hypotheses), seconds=seconds, split=data_args.test_split)
+    (out_dir / f"{data_args.test_split}.hyp.{data_args.tgt_lang}").write_text("\n".join(hypotheses) + "\n")
+    logger.info("Test BLEU (%s): %s", out_dir, result)
+    return result
+
+
+def average_last_checkpoints(out_dir: Path, k: int, tokenizer, device):
+    """The average of the run's last `k` complete checkpoints (fewer if it has fewer), saved with the tokenizer in
+    `out_dir/averaged`: (the averaged model, the checkpoints' names), or None without checkpoints."""
+    available = complete_checkpoints(str(out_dir))  # never one whose save did not finish
+    if not available:
+        logger.warning("No checkpoint in %s: nothing to average.", out_dir)
+        return None
+    if len(available) < k:
+        logger.warning("Only %d checkpoints in %s: averaging %d, not %d.", len(available), out_dir, len(available), k)
+    checkpoints = available[-k:]
+    averaged_dir = Path(average_checkpoints(checkpoints, str(out_dir / "averaged")))
+    tokenizer.save_pretrained(averaged_dir)
+    model = VanillaTransformerForConditionalGeneration.from_pretrained(averaged_dir).to(device)
+    return model, [Path(c).name for c in checkpoints]
 
 
 def write_results_and_card(directory: Path, config, results: dict, repo_id: str | None) -> None:

@@ -2,7 +2,6 @@
 
 import gzip
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -124,9 +123,11 @@ def test_unknown_key_in_config_file_is_named(tmp_path):
 def test_an_earlier_run_in_the_output_dir_is_refused_resumed_or_overwritten(data_dir, tmp_path):
     """An earlier run's leftovers (a checkpoint, a tokenizer of another vocabulary size) must not leak into a new run:
     without a flag the directory is refused; --resume_from_checkpoint true continues the run only with the
-    tokenizer settings it was trained with; --overwrite_output_dir starts afresh, averaging only its own checkpoints."""
+    tokenizer settings it was trained with; --overwrite_output_dir starts afresh, averaging only its own
+    checkpoints."""
     out = tmp_path / "run"
-    short = ["--save_steps", "2", "--test_split", "", "--plots", "false", "--max_train_samples", "300", "--logging_steps", "1"]
+    short = ["--save_steps", "2", "--test_split", "", "--plots", "false", "--max_train_samples", "300",
+             "--logging_steps", "1"]
     train.main(_args(data_dir, out, "--max_steps", "2", *short, "--vocab_size", "600"))
     assert json.loads((out / "tokenizer" / "training_settings.json").read_text())["vocab_size"] == 600
     with pytest.raises(ValueError, match="--output_dir .* is not empty.*--overwrite_output_dir"):
@@ -136,7 +137,8 @@ def test_an_earlier_run_in_the_output_dir_is_refused_resumed_or_overwritten(data
 
     # Resuming with the run's settings: 'true' is the newest checkpoint of --output_dir (the Trainer's convention).
     written = (out / "checkpoint-2" / "model.safetensors").stat().st_mtime_ns
-    train.main(_args(data_dir, out, "--max_steps", "4", *short, "--vocab_size", "600", "--resume_from_checkpoint", "true"))
+    train.main(_args(data_dir, out, "--max_steps", "4", *short, "--vocab_size", "600",
+                     "--resume_from_checkpoint", "true"))
     state = json.loads((out / "trainer_state.json").read_text())
     assert state["global_step"] == 4 and [h["step"] for h in state["log_history"] if "loss" in h] == [1, 2, 3, 4]
     assert (out / "checkpoint-2" / "model.safetensors").stat().st_mtime_ns == written  # continued, not redone

@@ -306,10 +306,12 @@ def test_resuming_with_another_schedule_is_refused(tmp_path, tokenizer, corpus):
     make_trainer(tmp_path, tiny_model(tokenizer), tokenizer, corpus, **common).train()
     for change, message in [
         (dict(warmup_steps=5), "warmup_steps=4.*warmup_steps=5"),
+        (dict(warmup_steps=5, max_steps=-1, num_train_epochs=2), "warmup_steps=4.*warmup_steps=5"),  # by epochs
         (dict(lr_factor=2.0), "lr_factor=1.0.*lr_factor=2.0"),
         (dict(lr_scheduler_type="linear"), "paper's learning-rate schedule.*'linear'"),
     ]:
-        again = make_trainer(tmp_path, tiny_model(tokenizer), tokenizer, corpus, **{**common, "max_steps": 4, **change})
+        settings = {**common, "max_steps": 4, **change}
+        again = make_trainer(tmp_path, tiny_model(tokenizer), tokenizer, corpus, **settings)
         with pytest.raises(ValueError, match=message):
             again.train(resume_from_checkpoint=True)
     # The same schedule resumes.
@@ -433,8 +435,9 @@ def test_two_processes_stop_at_the_same_step_and_evaluate_each_sentence_once(tmp
                            warmup_steps=10, lr_factor=0.5)
     trainer.train()  # a model that translates a little, so that BLEU depends on which sentences are scored
     trainer.save_model(str(tmp_path / "model"))
-    single = make_trainer(tmp_path / "eval", trainer.model, tokenizer, {**corpus, "validation": corpus["train"].select(range(30))},
-                          per_device_eval_batch_size=10, generation_max_length=20).evaluate()
+    thirty = {**corpus, "validation": corpus["train"].select(range(30))}
+    single = make_trainer(tmp_path / "eval", trainer.model, tokenizer, thirty, per_device_eval_batch_size=10,
+                          generation_max_length=20).evaluate()
     assert single["eval_bleu"] > 0
 
     script = tmp_path / "run.py"

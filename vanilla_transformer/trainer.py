@@ -256,7 +256,10 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
                 f"resume with the checkpoint's schedule, or start a new run from its weights (`--init_from`)."
             )
         if paper_schedule:
-            warmup = self.args.get_warmup_steps(self.args.max_steps) if self.args.max_steps > 0 else saved["warmup_steps"]
+            # A warm-up given as a ratio depends on the step count, known here only from `max_steps`.
+            warmup = saved["warmup_steps"]
+            if self.args.warmup_steps >= 1 or self.args.max_steps > 0:
+                warmup = self.args.get_warmup_steps(self.args.max_steps)
             ours = {"warmup_steps": warmup, "lr_factor": float(self.args.lr_factor),
                     "d_model": getattr(self.accelerator.unwrap_model(self.model).config, "d_model", None)}
             theirs = {"warmup_steps": saved["warmup_steps"], "lr_factor": saved["factor"], "d_model": saved["d_model"]}
@@ -267,8 +270,8 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
             raise ValueError(
                 f"Checkpoint {checkpoint!r} has the learning-rate schedule "
                 f"{', '.join(f'{n}={theirs[n]!r}' for n in changed)}, but this run sets "
-                f"{', '.join(f'{n}={ours[n]!r}' for n in changed)}; resuming would restore the checkpoint's values and "
-                f"ignore these. Pass the checkpoint's values to continue its run, or start a new run from its weights "
+                f"{', '.join(f'{n}={ours[n]!r}' for n in changed)}; resuming would restore the checkpoint's values "
+                f"and ignore these. Pass the checkpoint's values to continue its run, or start a new run from its weights "
                 f"(`--init_from`)."
             )
 
