@@ -34,7 +34,7 @@ from pathlib import Path
 import torch
 import transformers
 from datasets import DatasetDict
-from transformers import DataCollatorForSeq2Seq, HfArgumentParser, set_seed
+from transformers import DataCollatorForSeq2Seq, HfArgumentParser, ProgressCallback, set_seed
 
 from vanilla_transformer import PRESETS, VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 from vanilla_transformer.averaging import average_checkpoints
@@ -44,6 +44,7 @@ from vanilla_transformer.model_card import write_attention_figure, write_model_c
 from vanilla_transformer.tokenization import check_tokenizer_fits_model, load_tokenizer, train_tokenizer
 from vanilla_transformer.trainer import (
     TimeLimit,
+    TimeLimitProgressCallback,
     VanillaTrainingArguments,
     VanillaTransformerTrainer,
     complete_checkpoints,
@@ -374,6 +375,7 @@ def main(argv: list[str] | None = None) -> dict:
         eval_dataset = eval_dataset.select(range(min(data_args.max_eval_samples, len(eval_dataset))))
 
     # 4. Train.
+    limit = TimeLimit(run_args.max_train_minutes) if run_args.max_train_minutes else None
     trainer = VanillaTransformerTrainer(
         model=model,
         args=training_args,
@@ -381,8 +383,10 @@ def main(argv: list[str] | None = None) -> dict:
         eval_dataset=eval_dataset,
         processing_class=tokenizer,
         data_collator=DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=-100),
-        callbacks=[TimeLimit(run_args.max_train_minutes)] if run_args.max_train_minutes else None,
+        callbacks=[limit] if limit else None,
     )
+    if limit and trainer.pop_callback(ProgressCallback):  # the progress bar counts the time limit, not max_steps
+        trainer.add_callback(TimeLimitProgressCallback(limit))
     started = time.perf_counter()
     train_result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     train_seconds = time.perf_counter() - started

@@ -154,6 +154,13 @@ def test_an_earlier_run_in_the_output_dir_is_refused_resumed_or_overwritten(data
     assert averaged["checkpoint_averaging"]["checkpoints"] == ["checkpoint-1", "checkpoint-2"]
 
 
+def test_progress_bar_shows_the_time_limit(data_dir, tmp_path, capsys):
+    train.main(_args(data_dir, tmp_path / "run", "--max_steps", "2", "--max_train_minutes", "10", "--test_split", "",
+                     "--plots", "false", "--max_train_samples", "300", "--disable_tqdm", "false"))
+    err = capsys.readouterr().err
+    assert "/600 s of the time limit" in err and "update 2" in err
+
+
 def test_overwrite_only_empties_a_directory_of_a_run(data_dir, tmp_path):
     (tmp_path / "notes.txt").write_text("not a training run")
     with pytest.raises(ValueError, match="does not look like an output directory"):

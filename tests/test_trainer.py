@@ -16,7 +16,7 @@ import datasets
 import pytest
 import torch
 import torch.nn.functional as F
-from transformers import DataCollatorForSeq2Seq, TrainerCallback
+from transformers import DataCollatorForSeq2Seq, ProgressCallback, TrainerCallback
 
 from helpers import read_multi30k, subprocess_env
 from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
@@ -27,6 +27,7 @@ from vanilla_transformer.schedule import noam_learning_rate
 from vanilla_transformer.tokenization import train_tokenizer
 from vanilla_transformer.trainer import (
     TimeLimit,
+    TimeLimitProgressCallback,
     VanillaTrainingArguments,
     VanillaTransformerTrainer,
     label_smoothed_nll_loss,
@@ -383,6 +384,20 @@ def test_time_limit_stops_saves_and_evaluates_at_the_step_it_is_reached(tmp_path
     assert [h["step"] for h in trainer.state.log_history if "eval_loss" in h] == [3]
     with pytest.raises(ValueError, match="minutes"):
         TimeLimit(0)
+
+
+def test_progress_bar_of_a_timed_run_counts_the_time_limit(tmp_path, tokenizer, corpus, capsys):
+    """With a time limit, max_steps is only a ceiling (e.g. 100,000): the bar's total and ETA are the limit's."""
+    limit = TimeLimit(2.5, clock=fake_clock(60))
+    trainer = make_trainer(tmp_path, tiny_model(tokenizer), tokenizer, corpus, [limit], max_steps=100_000,
+                           disable_tqdm=False)
+    assert trainer.pop_callback(ProgressCallback) is not None  # as train.py does
+    trainer.add_callback(TimeLimitProgressCallback(limit))
+    trainer.train()
+    bar = capsys.readouterr().err.split("\r")  # (tqdm skips redraws less than 0.1 s apart: first and last are sure)
+    assert any(" 0/150 s of the time limit" in line for line in bar)
+    assert any("150/150 s of the time limit" in line and "update 3" in line for line in bar)  # capped at the limit
+    assert not any("/100000" in line for line in bar)
 
 
 # ---- Several processes (gloo on CPU) ----

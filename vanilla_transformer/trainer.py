@@ -23,6 +23,7 @@ Trainer lacks; `VanillaTransformerTrainer` changes only what the recipe needs:
   processes, predictions and per-sentence losses are gathered with `gather_for_metrics`, so that the sentences
   repeated to fill the last round of batches do not count twice: the scores equal one process's;
 - time limit: the `TimeLimit` callback stops (and saves) after a wall-clock budget, the same step on every process;
+  `TimeLimitProgressCallback` is the progress bar of such a run (seconds of the limit, not steps of `max_steps`);
 - checkpoints: safetensors weights, in the Trainer's `checkpoint-<step>` directories. A checkpoint is complete
   once its `trainer_state.json` exists, which the Trainer writes last; resuming takes only complete ones
   (`last_checkpoint`), so a crash during a save never makes `resume_from_checkpoint=True` pick a half-written one.
@@ -51,7 +52,8 @@ import torch.nn.functional as F
 from accelerate.data_loader import prepare_data_loader
 from accelerate.utils import broadcast
 from torch.utils.data import DataLoader
-from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments, TrainerCallback
+from tqdm.auto import tqdm
+from transformers import ProgressCallback, Seq2SeqTrainer, Seq2SeqTrainingArguments, TrainerCallback
 from transformers.trainer import SCHEDULER_NAME, TRAINER_STATE_NAME
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, SchedulerType, seed_worker
 
@@ -495,12 +497,15 @@ class TimeLimit(TrainerCallback):
         self.seconds = minutes * 60
         self.clock = clock
         self.started = None
+        self.elapsed = 0.0  # seconds of training, as of the last update
 
     def on_train_begin(self, args, state, control, **kwargs):
         self.started = self.clock()
+        self.elapsed = 0.0
 
     def on_step_end(self, args, state, control, **kwargs):
-        over = torch.tensor([float(self.clock() - self.started >= self.seconds)], device=args.device)
+        self.elapsed = self.clock() - self.started
+        over = torch.tensor([float(self.elapsed >= self.seconds)], device=args.device)
         if broadcast(over, from_process=0).item():
             logger.info("Time limit of %.1f minutes reached at step %d: saving and stopping.", self.seconds / 60,
                         state.global_step)
@@ -508,6 +513,33 @@ class TimeLimit(TrainerCallback):
             control.should_save = True
             control.should_evaluate = args.eval_strategy != "no"
         return control
+
+
+class TimeLimitProgressCallback(ProgressCallback):
+    """The Trainer's progress bar for a run with a `TimeLimit`: it counts the limit's seconds rather than `max_steps`
+    (which a timed run sets high, e.g. 100,000 steps: the stock bar's ETA would be a day for a one-hour run), with
+    the update number beside it. It replaces the stock bar: `trainer.pop_callback(ProgressCallback)`, then
+    `trainer.add_callback(TimeLimitProgressCallback(limit))`, after the `TimeLimit` (whose clock it shows)."""
+
+    def __init__(self, limit: TimeLimit):
+        super().__init__()
+        self.limit = limit
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if state.is_world_process_zero:
+            self.training_bar = tqdm(
+                total=round(self.limit.seconds), unit="s", dynamic_ncols=True,
+                bar_format="{l_bar}{bar}| {n:.0f}/{total} s of the time limit [{elapsed}<{remaining}{postfix}]",
+            )
+        self.current_step = 0
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.is_world_process_zero:
+            # The limit's own reading of its clock (it runs first): the bar shows what the limit decides on.
+            elapsed = min(self.limit.elapsed, self.limit.seconds)
+            self.training_bar.set_postfix_str(f"update {state.global_step}", refresh=False)
+            self.training_bar.update(elapsed - self.training_bar.n)
+            self.current_step = state.global_step
 
 
 _CHECKPOINT_RE = re.compile(rf"^{PREFIX_CHECKPOINT_DIR}-(\d+)$")
@@ -541,6 +573,7 @@ def last_checkpoint(run_dir: str) -> str | None:
 
 __all__ = [
     "TimeLimit",
+    "TimeLimitProgressCallback",
     "VanillaTrainingArguments",
     "VanillaTransformerTrainer",
     "complete_checkpoints",
