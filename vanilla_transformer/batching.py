@@ -41,7 +41,7 @@ class TokenBatchSampler(torch.utils.data.Sampler[list[int]]):
     gets the same number of batches (`len(self)`) and no rank waits for another at the last step; those
     few pairs are seen twice in that epoch. Under the Trainer/accelerate, build it with
     `num_replicas=world_size, rank=process_index` and keep accelerate from sharding it again
-    (see the Trainer's handling of `BatchRebalanceSampler`).
+    (`trainer.VanillaTransformerTrainer.get_train_dataloader` prepares its loader as one process's).
 
     Args:
         src_lengths, tgt_lengths: tokens per source / target sequence (with `</s>`), one per example

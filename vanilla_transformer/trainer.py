@@ -16,7 +16,7 @@ Trainer lacks; `VanillaTransformerTrainer` changes only what the recipe needs:
   loss and its gradients do not depend on how a batch is split. The logs show the smoothed `loss` and,
   beside it, the plain `nll_loss` and `ppl` = exp(nll_loss) (natural log, per target token);
 - batches (section 5.1): about `max_tokens` source and target tokens per batch and process, built by
-  `data.TokenBatchSampler`, which shards itself across data-parallel processes;
+  `batching.TokenBatchSampler`, which shards itself across data-parallel processes;
 - evaluation: the loss, NLL and perplexity on the validation set, and cased detokenized sacreBLEU of
   beam-search translations (`predict_with_generate`, the model's generation config: beam 4, length penalty
   0.6); the best checkpoint by BLEU is tracked and kept (`metric_for_best_model="bleu"`). With several
