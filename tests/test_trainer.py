@@ -22,7 +22,7 @@ from helpers import read_multi30k, subprocess_env
 from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 from vanilla_transformer.batching import TokenBatchSampler
 from vanilla_transformer.data import tokenize_corpus
-from vanilla_transformer.metrics import compute_bleu
+from vanilla_transformer.metrics import compute_bleu, decode_ids
 from vanilla_transformer.schedule import noam_learning_rate
 from vanilla_transformer.tokenization import train_tokenizer
 from vanilla_transformer.trainer import (
@@ -409,6 +409,20 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def record_scored_sentences(trainer) -> dict:
+    """Makes the trainer's `compute_metrics` also record the decoded sentences it scores (returned dict, filled in
+    at each evaluation)."""
+    scored, bleu = {}, trainer.compute_metrics
+
+    def compute_metrics(prediction):
+        scored["hypotheses"] = decode_ids(prediction.predictions, trainer.processing_class)
+        scored["references"] = decode_ids(prediction.label_ids, trainer.processing_class)
+        return bleu(prediction)
+
+    trainer.compute_metrics = compute_metrics
+    return scored
+
+
 TWO_PROCESS_SCRIPT = r"""
 import json, os, sys
 sys.path.insert(0, {tests!r})
@@ -428,14 +442,13 @@ batches = [len(batch["input_ids"]) for batch in trainer.get_train_dataloader()]
 own = [len(b) for b in t.TokenBatchSampler.from_dataset(corpus["train"], 400, seed=0, num_replicas=2, rank=rank)]
 trainer.train()
 
-# 2. Evaluation of a trained model on 30 sentences in batches of 10: 3 batches for 2 processes.
+# 2. Evaluation on 30 sentences in batches of 10: 3 batches for 2 processes.
 model = VanillaTransformerForConditionalGeneration.from_pretrained(work + "/model")
 evaluator = t.make_trainer(work + "/eval", model, tok, {{**corpus, "validation": corpus["train"].select(range(30))}},
                            per_device_eval_batch_size=10, generation_max_length=20)
-bleu = evaluator.compute_metrics
-evaluator.compute_metrics = lambda p: {{**bleu(p), "sentences": len(p.predictions)}}
+scored = t.record_scored_sentences(evaluator)
 metrics = evaluator.evaluate()
-json.dump({{"steps": trainer.state.global_step, "eval": metrics, "batches": batches, "own": own}},
+json.dump({{"steps": trainer.state.global_step, "eval": metrics, "scored": scored, "batches": batches, "own": own}},
           open(f"{{work}}/rank{{rank}}.json", "w"))
 """
 
@@ -445,15 +458,17 @@ def test_two_processes_stop_at_the_same_step_and_evaluate_each_sentence_once(tmp
     accelerate must not deal them out again). The time limit: each process has its own clock; if each decided
     alone, one would enter the checkpoint's collectives while the other is in the next update's all-reduce (a hang).
     Evaluation: 30 sentences in batches of 10 make 2 rounds for 2 processes, the second filled up with the first
-    batch again; BLEU and the token-weighted loss must be those of one process, each sentence counted once."""
-    trainer = make_trainer(tmp_path / "training", tiny_model(tokenizer), tokenizer, corpus, max_steps=120,
-                           warmup_steps=10, lr_factor=0.5)
-    trainer.train()  # a model that translates a little, so that BLEU depends on which sentences are scored
-    trainer.save_model(str(tmp_path / "model"))
+    batch again; the sentences scored (each once, in order), BLEU and the token-weighted loss must be those of one
+    process. (Compared sentence by sentence: the tiny model's BLEU is near 0 whichever sentences are scored.)"""
+    model = tiny_model(tokenizer)
+    model.save_pretrained(tmp_path / "model")
+    tokenizer.save_pretrained(tmp_path / "model")
     thirty = {**corpus, "validation": corpus["train"].select(range(30))}
-    single = make_trainer(tmp_path / "eval", trainer.model, tokenizer, thirty, per_device_eval_batch_size=10,
-                          generation_max_length=20).evaluate()
-    assert single["eval_bleu"] > 0
+    evaluator = make_trainer(tmp_path / "eval", model, tokenizer, thirty, per_device_eval_batch_size=10,
+                             generation_max_length=20)
+    scored = record_scored_sentences(evaluator)
+    single = evaluator.evaluate()
+    assert len(scored["hypotheses"]) == 30
 
     script = tmp_path / "run.py"
     script.write_text(TWO_PROCESS_SCRIPT.format(tests=str(Path(__file__).resolve().parent)))
@@ -477,8 +492,8 @@ def test_two_processes_stop_at_the_same_step_and_evaluate_each_sentence_once(tmp
     # Rank 0's clock decides for both: over after update 3 (180 s > 150 s), where rank 1's alone says update 2.
     assert [r["steps"] for r in ranks] == [3, 3]
     assert sorted(os.listdir(tmp_path / "limited")) == ["checkpoint-3"]
-    for r in ranks:
-        assert r["eval"]["eval_sentences"] == 30
+    for r in ranks:  # each process scores the 30 sentences once, in order, as one process does
+        assert r["scored"] == scored
         assert r["eval"]["eval_bleu"] == single["eval_bleu"]
         for key in ("eval_loss", "eval_nll_loss", "eval_ppl"):
             assert r["eval"][key] == pytest.approx(single[key], rel=1e-6), key
