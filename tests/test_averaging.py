@@ -27,8 +27,15 @@ def write_checkpoint(model, path: Path) -> str:
     model.save_pretrained(path)
     (path / "tokenizer_config.json").write_text("{}")
     torch.save({"state": {}}, path / "optimizer.pt")
-    (path / "trainer_state.json").write_text("{}")
+    complete(path)
     return str(path)
+
+
+def complete(path: Path) -> Path:
+    """The Trainer writes trainer_state.json last: its presence marks a checkpoint whose save finished."""
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "trainer_state.json").write_text(json.dumps({"global_step": int(path.name.rsplit("-", 1)[-1])}))
+    return path
 
 
 def logits(model):
@@ -40,7 +47,7 @@ def logits(model):
 
 def test_last_checkpoints_sorted_by_step(tmp_path):
     for step in (900, 1000, 100, 20):
-        (tmp_path / f"checkpoint-{step}").mkdir()
+        complete(tmp_path / f"checkpoint-{step}")
     (tmp_path / "tmp-checkpoint-1100").mkdir()  # an unfinished save
     (tmp_path / "checkpoint-1200").write_text("not a directory")
     (tmp_path / "runs").mkdir()
@@ -48,10 +55,21 @@ def test_last_checkpoints_sorted_by_step(tmp_path):
     assert last_checkpoints(str(tmp_path), 4)[0] == str(tmp_path / "checkpoint-20")
 
 
+def test_checkpoints_whose_save_did_not_finish_are_never_averaged(tmp_path):
+    for step in (100, 200):
+        complete(tmp_path / f"checkpoint-{step}")
+    (tmp_path / "checkpoint-300").mkdir()  # a crash during its save: no trainer_state.json
+    (tmp_path / "checkpoint-400").mkdir()
+    (tmp_path / "checkpoint-400" / "trainer_state.json").write_text('{"global_st')  # truncated
+    assert last_checkpoints(str(tmp_path), 2) == [str(tmp_path / "checkpoint-100"), str(tmp_path / "checkpoint-200")]
+    with pytest.raises(ValueError, match="only 2 checkpoints"):
+        last_checkpoints(str(tmp_path), 3)
+
+
 def test_last_checkpoints_errors(tmp_path):
     with pytest.raises(ValueError, match="no `checkpoint-<step>`"):
         last_checkpoints(str(tmp_path), 1)
-    (tmp_path / "checkpoint-5").mkdir()
+    complete(tmp_path / "checkpoint-5")
     with pytest.raises(ValueError, match="`k`=2 .* only 1"):
         last_checkpoints(str(tmp_path), 2)
     with pytest.raises(ValueError, match="`k`"):

@@ -38,32 +38,51 @@ logger = logging.getLogger(__name__)
 WEIGHTS_NAME = "model.safetensors"
 WEIGHTS_INDEX_NAME = "model.safetensors.index.json"
 CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")  # the names the Trainer gives its checkpoints
+# transformers.trainer.TRAINER_STATE_NAME (not imported from there: that module loads the whole Trainer).
+TRAINER_STATE_NAME = "trainer_state.json"
 WEIGHT_FILES = re.compile(r"^(model.*\.safetensors(\.index\.json)?|pytorch_model.*\.bin(\.index\.json)?)$")
 
 
+def is_complete_checkpoint(checkpoint: str | Path) -> bool:
+    """Whether a save of `checkpoint-<step>` finished. The Trainer writes `trainer_state.json` last, after the weights,
+    optimizer, scheduler and RNG states: a directory without it, or with a truncated one, is what a crash during the
+    save left."""
+    try:
+        with open(Path(checkpoint) / TRAINER_STATE_NAME, encoding="utf-8") as handle:
+            return isinstance(json.load(handle).get("global_step"), int)
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def complete_checkpoints(run_dir: str | Path) -> list[str]:
+    """The complete `checkpoint-<step>` directories of `run_dir`, by step (oldest first)."""
+    run = Path(run_dir)
+    if not run.is_dir():
+        return []
+    steps = sorted((int(m.group(1)), child) for child in run.iterdir() if (m := CHECKPOINT_RE.match(child.name)))
+    return [str(path) for _, path in steps if path.is_dir() and is_complete_checkpoint(path)]
+
+
 def last_checkpoints(run_dir: str, k: int) -> list[str]:
-    """The `k` newest `checkpoint-<step>` directories of a Trainer `run_dir`, oldest first (sorted by step)."""
+    """The `k` newest complete `checkpoint-<step>` directories of a Trainer `run_dir`, oldest first (sorted by step);
+    a checkpoint whose save did not finish (see `is_complete_checkpoint`) is never averaged."""
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise ValueError(f"`k` must be a positive integer (the number of checkpoints to average), got {k!r}.")
     run = Path(run_dir)
     if not run.is_dir():
         raise ValueError(f"`run_dir` {str(run_dir)!r} is not a directory: pass the Trainer's `output_dir`.")
-    steps = sorted(
-        (int(match.group(1)), child)
-        for child in run.iterdir()
-        if child.is_dir() and (match := CHECKPOINT_RE.match(child.name))
-    )
-    if not steps:
+    checkpoints = complete_checkpoints(run)
+    if not checkpoints:
         raise ValueError(
-            f"`run_dir` {str(run_dir)!r} holds no `checkpoint-<step>` directory: train with `save_steps` / "
-            f"`save_strategy` so that the Trainer writes checkpoints there, or pass the run's `output_dir`."
+            f"`run_dir` {str(run_dir)!r} holds no `checkpoint-<step>` directory whose save finished: train with "
+            f"`save_steps` / `save_strategy` so that the Trainer writes checkpoints there, or pass the run's `output_dir`."
         )
-    if k > len(steps):
+    if k > len(checkpoints):
         raise ValueError(
-            f"`k`={k} but `run_dir` {str(run_dir)!r} holds only {len(steps)} checkpoints "
-            f"({', '.join(path.name for _, path in steps)}): lower `k`, or keep more with `save_total_limit`."
+            f"`k`={k} but `run_dir` {str(run_dir)!r} holds only {len(checkpoints)} checkpoints whose save finished "
+            f"({', '.join(Path(path).name for path in checkpoints)}): lower `k`, or keep more with `save_total_limit`."
         )
-    return [str(path) for _, path in steps[-k:]]
+    return checkpoints[-k:]
 
 
 def _weight_files(checkpoint: Path) -> list[Path]:

@@ -35,11 +35,9 @@ and the epoch), so it continues the uninterrupted run's loss curve exactly (test
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
-import re
 import shutil
 import time
 from collections.abc import Callable
@@ -55,8 +53,9 @@ from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 from transformers import ProgressCallback, Seq2SeqTrainer, Seq2SeqTrainingArguments, TrainerCallback
 from transformers.trainer import SCHEDULER_NAME, TRAINER_STATE_NAME
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, SchedulerType, seed_worker
+from transformers.trainer_utils import SchedulerType, seed_worker
 
+from .averaging import CHECKPOINT_RE, complete_checkpoints, is_complete_checkpoint
 from .batching import TokenBatchSampler
 from .metrics import make_compute_metrics
 from .schedule import NoamLR, peak_learning_rate
@@ -240,7 +239,7 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
             return
         for name in sorted(os.listdir(self.args.output_dir)):
             path = os.path.join(self.args.output_dir, name)
-            if _CHECKPOINT_RE.match(name) and os.path.isdir(path) and not is_complete_checkpoint(path):
+            if CHECKPOINT_RE.match(name) and os.path.isdir(path) and not is_complete_checkpoint(path):
                 logger.warning("Removing %s: its save did not finish (no %s).", path, TRAINER_STATE_NAME)
                 shutil.rmtree(path)
 
@@ -540,29 +539,6 @@ class TimeLimitProgressCallback(ProgressCallback):
             self.training_bar.set_postfix_str(f"update {state.global_step}", refresh=False)
             self.training_bar.update(elapsed - self.training_bar.n)
             self.current_step = state.global_step
-
-
-_CHECKPOINT_RE = re.compile(rf"^{PREFIX_CHECKPOINT_DIR}-(\d+)$")
-
-
-def is_complete_checkpoint(checkpoint: str) -> bool:
-    """Whether a save of `checkpoint-<step>` finished. The Trainer writes `trainer_state.json` last, after the weights,
-    optimizer, scheduler and RNG states: a directory without it, or with a truncated one, is what a crash during the
-    save left."""
-    try:
-        with open(os.path.join(checkpoint, TRAINER_STATE_NAME), encoding="utf-8") as handle:
-            return isinstance(json.load(handle).get("global_step"), int)
-    except (OSError, ValueError, AttributeError):
-        return False
-
-
-def complete_checkpoints(run_dir: str) -> list[str]:
-    """The complete `checkpoint-<step>` directories of `run_dir`, by step (oldest first)."""
-    if not os.path.isdir(run_dir):
-        return []
-    steps = sorted((int(m.group(1)), name) for name in os.listdir(run_dir) if (m := _CHECKPOINT_RE.match(name)))
-    paths = [os.path.join(run_dir, name) for _, name in steps]
-    return [path for path in paths if os.path.isdir(path) and is_complete_checkpoint(path)]
 
 
 def last_checkpoint(run_dir: str) -> str | None:
