@@ -3,6 +3,7 @@ trained model, real Multi30k sentences of different lengths in padded batches), 
 the variants of the architecture; int8; `translate_ctranslate2` and the command line against `translate`; the
 OpenMP runtime CTranslate2 binds to when torch is loaded first."""
 
+import json
 import os
 import subprocess
 import sys
@@ -191,6 +192,8 @@ def test_int8_export_loads_and_translates(trained_model, tokenizer, sentences, t
     size = {name: (tmp_path / name / "model.bin").stat().st_size for name in ("float32", "int8")}
     assert size["int8"] < 0.5 * size["float32"]
     assert ctranslate2.Translator(str(tmp_path / "int8")).compute_type in ("int8", "int8_float32")
+    config = json.loads((tmp_path / "int8" / "config.json").read_text())
+    assert config["layer_norm_epsilon"] == trained_model.model.encoder.layers[0].final_layer_norm.eps
     got = translate_ctranslate2(int8, sentences)
     want = translate_ctranslate2(float32, sentences)
     assert all(got) and len(got) == len(sentences)

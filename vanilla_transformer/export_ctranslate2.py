@@ -36,14 +36,18 @@ sentence is done once `beam` hypotheses are finished. Where the two differ is th
 CTranslate2 has one `max_decoding_length` per call and, at that last step, finishes the best `beam` continuations
 whatever their token. So `translate_ctranslate2`
 
-1. calls CTranslate2 with sentences of one source length at a time (sorted by length, so batches are full and
-   unpadded), `max_decoding_length = source length + 50 - 1`: one token short of the limit, the forced `</s>`;
-2. for a sentence whose beam search reached that last step (one of its hypotheses has the full length), decodes it
-   again with `patience=2`, which runs the same search (fewer than `beam` hypotheses were finished before the last
-   step, so the stopping rule had not fired) but returns every finished hypothesis, and picks the one `generate`
-   picks: the hypotheses that `generate` completes with the forced `</s>` are scored with that one more token in
-   the length, and are left out when `beam` hypotheses ending in `</s>` were already finished (then `generate`
-   stops before forcing anything). Greedy decoding needs no second pass.
+1. decodes batches of similar length (longest first, as `translate`) with `max_decoding_length` = the batch's
+   longest limit - 1: one token short of the forced `</s>`. Greedy outputs are then cut at each sentence's own
+   limit (greedy tokens do not depend on the maximum). A beam search that stopped before a sentence's own last
+   step is the one `generate` runs (the searches differ only from there on; a hypothesis of that length among the
+   best `beam` returned shows it did not stop before);
+2. decodes the other sentences again, those of one source length together (so the maximum is their own), with
+   `patience=2`: the same search (fewer than `beam` hypotheses were finished before the last step, so the stopping
+   rule had not fired), but it returns every finished hypothesis (at most 2 x beam - 1). Of those it keeps the one
+   `generate` returns: the hypotheses `generate` completes with its forced `</s>` get that token in their length,
+   and are left out when `beam` hypotheses ending in `</s>` were already finished (`generate` stops first).
+
+A trained model rarely reaches the limit, so step 2 is rare; a random-weight model always does.
 
 With an explicit maximum (`max_new_tokens`) `generate` has no per-sentence rule and stops at that length exactly as
 CTranslate2 does. Checked by the tests: greedy and beam-4 tokens equal `generate`'s, scores to 1e-4.
@@ -363,8 +367,8 @@ class CTranslate2Model:
     ):
         """The token ids `generate` gives for each source (a list of token ids ending in `</s>`), in input order,
         without the start token and the final `</s>`; with `return_scores`, also each translation's score as
-        `generate`'s `sequences_scores` (sum of log-probabilities / length ** length_penalty, `</s>` counted; for
-        greedy search CTranslate2's score of the same form). `progress`: a tqdm bar to update, or None."""
+        `generate`'s `sequences_scores` (sum of log-probabilities / length ** length_penalty, `</s>` counted; None
+        for greedy search). `progress`: a tqdm bar to update, or None."""
         beams = self.settings["num_beams"] if num_beams is None else num_beams
         if beams < 1:
             raise ValueError(f"num_beams must be at least 1, got {beams}.")
@@ -385,27 +389,56 @@ class CTranslate2Model:
             ids = [self.tokenizer.token_to_id(t) for t in hypothesis]
             results[i], scores[i] = ids[:-1] if ids and ids[-1] == self.eos_id else ids, score
 
-        # Longest first (as `translate`); with the model's rule, one source length per call, so that one
-        # max_decoding_length is each sentence's own limit (module docstring).
-        order = sorted(range(len(sources)), key=lambda i: -len(sources[i]))
-        groups = []
-        for i in order:
-            if groups and (max_new_tokens is not None or len(sources[groups[-1][-1]]) == len(sources[i])):
-                groups[-1].append(i)
-            else:
-                groups.append([i])
-        for group in groups:
+        def limit(i):  # tokens `generate` may give sources[i], its forced </s> included (capped by a learned table)
+            return min(len(sources[i]) + offset, table)
+
+        def done(n):
+            if progress is not None:
+                progress.update(n)
+
+        order = sorted(range(len(sources)), key=lambda i: -len(sources[i]))  # longest first, as `translate`
+        again = []
+        for start in range(0, len(order), batch_size):
+            chunk = order[start : start + batch_size]
+            if max_new_tokens is not None:  # one limit for all, as generate's: nothing to adjust
+                for i, hyps in zip(chunk, self._search(sources, chunk, beams, max_new_tokens)):
+                    finish(i, *hyps[0])
+                done(len(chunk))
+                continue
+            longest = max(limit(i) for i in chunk)
+            if longest == 1:
+                again += chunk
+                continue
+            for i, hyps in zip(chunk, self._search(sources, chunk, beams, longest - 1, hypotheses=beams)):
+                tokens, score = hyps[0]
+                if beams == 1:  # greedy: generate's tokens are a prefix of these; it forces </s> after limit - 1
+                    finish(i, tokens[: limit(i) - 1], None)
+                elif any(len(h) >= limit(i) - 1 for h, _ in hyps):
+                    # The search went on past this sentence's own last step (the other sentences of the batch
+                    # allow longer outputs); below it is searched again with its own limit. Otherwise it
+                    # stopped before (fewer than `beams` hypotheses were finished: one of its best `beams` would
+                    # have the length of the step it stopped at), the same as with its own limit.
+                    again.append(i)
+                else:
+                    finish(i, tokens, score)
+            done(len(chunk) - sum(i in again for i in chunk))
+        # Sentences whose search reached their own last step: searched again with one limit per call (sentences of
+        # one source length), the same search up to that step, and patience=2 so that all finished hypotheses are
+        # returned (the stopping rule, `beams` finished, had not fired before the last step; after it, at most
+        # 2 * beams - 1 are finished). Of those, the one generate returns.
+        groups = {}
+        for i in again:
+            groups.setdefault(limit(i), []).append(i)
+        for length, group in groups.items():
             for start in range(0, len(group), batch_size):
                 chunk = group[start : start + batch_size]
-                if max_new_tokens is not None:
-                    for i, hyps in zip(chunk, self._search(sources, chunk, beams, max_new_tokens)):
-                        finish(i, *hyps[0])
+                if length == 1:  # nothing but the forced </s>
+                    hyps = [[([self.eos_token], 0.0)] for _ in chunk]
                 else:
-                    # Tokens generated, the forced </s> included (capped by a learned position table).
-                    limit = min(len(sources[chunk[0]]) + offset, table)
-                    self._search_to_limit(sources, chunk, beams, limit, finish)
-                if progress is not None:
-                    progress.update(len(chunk))
+                    hyps = self._search(sources, chunk, beams, length - 1, patience=2.0, hypotheses=2 * beams)
+                for i, finished in zip(chunk, hyps):
+                    finish(i, *self._pick_as_generate(finished, beams, length))
+                done(len(chunk))
         return (results, scores) if return_scores else results
 
     def _search(self, sources, indices, beams, max_length, patience=1.0, hypotheses=1):
@@ -428,26 +461,6 @@ class CTranslate2Model:
             end_token=self.eos_token,
         )
         return [list(zip(r.hypotheses, r.scores)) for r in out]
-
-    def _search_to_limit(self, sources, chunk, beams, limit, finish):
-        """Decode `chunk` (sources of one length) as `generate` does with its forced `</s>` at `limit` tokens."""
-        if limit == 1:  # nothing but the forced </s>
-            for i in chunk:
-                finish(i, [self.eos_token], 0.0)
-            return
-        reached = []
-        for i, hyps in zip(chunk, self._search(sources, chunk, beams, limit - 1, hypotheses=beams)):
-            # The search reached the last step iff a returned hypothesis has its length (fewer than `beams` were
-            # finished before it, so one of the `beams` finished there is among the best `beams`).
-            if beams > 1 and any(len(h) == limit - 1 for h, _ in hyps):
-                reached.append(i)
-            else:
-                finish(i, *hyps[0])
-        if reached:
-            # The same search again (the stopping rule had not fired before the last step, so patience=2 changes
-            # nothing before it), now returning every finished hypothesis: at most beams - 1 + beams.
-            for i, hyps in zip(reached, self._search(sources, reached, beams, limit - 1, 2.0, 2 * beams)):
-                finish(i, *self._pick_as_generate(hyps, beams, limit))
 
     def _pick_as_generate(self, hyps, beams, limit):
         """The hypothesis `generate` returns when the beam search reached the last step before the forced `</s>`.
