@@ -17,8 +17,11 @@ from other jobs on the machine falls on all engines alike. Printed per preset an
 time of each engine, its speed-up over `generate-float32` (ratio of medians, CPU time: the steadier clock on a
 shared machine; wall in brackets), and the best engine; also the CPU, its flags and the load average.
 
-The decoding length follows the model's rule (at most source length + 50 tokens); random weights never emit `</s>`,
-so every translation is that long. `--new-tokens N` fixes the length instead.
+Random weights never emit `</s>`, so the output length is fixed: `--new-tokens` (default 30, about a Multi30k
+German sentence), the same number of decoder steps for every engine. (`--new-tokens 0` uses the model's rule,
+at most source length + 50 tokens: every random-weight translation then runs to that limit, which a trained model
+rarely does, and the CTranslate2 engines decode each sentence a second time to reproduce `generate` at the limit;
+see vanilla_transformer/export_ctranslate2.py.) The `--bleu` run times the trained model end to end.
 
 BLEU (`--bleu CHECKPOINT`): test2016 BLEU (sacreBLEU, 13a) of a trained checkpoint translated by `generate`
 (float32), and by its CTranslate2 export in float32 and int8, each in its own process, with the number of
@@ -109,9 +112,7 @@ def worker(args) -> None:
 class Worker:
     def __init__(self, engine: str, model: Path, sentences: Path, threads: int, new_tokens: int | None):
         command = [sys.executable, __file__, "--worker", "--engine", engine, "--model", str(model),
-                   "--sentences-file", str(sentences), "--threads", str(threads)]
-        if new_tokens is not None:
-            command += ["--new-tokens", str(new_tokens)]
+                   "--sentences-file", str(sentences), "--threads", str(threads), "--new-tokens", str(new_tokens or 0)]
         env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
         self.engine = engine
         self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
@@ -152,7 +153,7 @@ def cpu_description() -> str:
 
 
 def build_preset(preset: str, tokenizer_dir: Path, work: Path, ct2_types: list[str]) -> Path:
-    """A random-weight model of `preset` saved with the tokenizer, and its CTranslate2 exports: work/preset/{hf,ct2-*}."""
+    """A random-weight model of `preset` with the tokenizer, and its CTranslate2 exports: work/preset/{hf,ct2-*}."""
     import torch
 
     from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
@@ -281,8 +282,8 @@ def main() -> None:
                         help="threads per engine (default 1: steadier on a machine shared with other jobs)")
     parser.add_argument("--sentences", type=int, default=None,
                         help="test2016 sentences per run (default 64 for small, 24 for base)")
-    parser.add_argument("--new-tokens", type=int, default=None,
-                        help="fixed output length (default: the model's rule, source length + 50)")
+    parser.add_argument("--new-tokens", type=int, default=30,
+                        help="output length (default 30; 0: the model's rule, at most source length + 50)")
     parser.add_argument("--tokenizer", type=Path, default=None,
                         help="tokenizer directory (default: one trained inline on Multi30k EN+DE, 8000 tokens)")
     parser.add_argument("--data", type=Path, default=DATA, help=f"Multi30k directory (default {DATA})")
@@ -294,6 +295,8 @@ def main() -> None:
     parser.add_argument("--model", help=argparse.SUPPRESS)
     parser.add_argument("--sentences-file", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.new_tokens == 0:
+        args.new_tokens = None
     if args.worker:
         worker(args)
         return

@@ -266,7 +266,7 @@ def export_ctranslate2(
         model, tokenizer = load_model(str(model), revision=revision, device="cpu",
                                       trust_remote_code=trust_remote_code)
     elif tokenizer is None:
-        raise ValueError("`tokenizer` is needed when `model` is a model object: pass the tokenizer it was trained with.")
+        raise ValueError("`tokenizer` is needed when `model` is a model object: pass the one it was trained with.")
     from .tokenization import check_tokenizer_fits_model
 
     check_tokenizer_fits_model(tokenizer, model.config)
@@ -380,8 +380,8 @@ class CTranslate2Model:
                              f"got {max_new_tokens}.")
         for ids in sources:
             if not 1 <= len(ids) <= self.settings["source_limit"]:
-                raise ValueError(f"a source has {len(ids)} tokens; the export takes 1 to {self.settings['source_limit']}"
-                                 f": truncate it (translate_ctranslate2 does).")
+                raise ValueError(f"a source has {len(ids)} tokens; the export takes 1 to "
+                                 f"{self.settings['source_limit']}: truncate it (translate_ctranslate2 does).")
         offset = self.settings["source_length_offset"]
         results, scores = [None] * len(sources), [None] * len(sources)
 
