@@ -167,7 +167,6 @@ def build_spec(model, table_length: int):
     if config.position_embedding_type == "sinusoidal":
         positions = position_table(config, table_length)
     scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
-    shared = weight(model.get_input_embeddings().weight)
     stacks = ((encoder_spec, model.model.encoder), (decoder_spec, model.model.decoder))
     for stack_spec, stack in stacks:
         stack_spec.scale_embeddings = scale  # section 3.4: embeddings x sqrt(d_model)
@@ -176,9 +175,11 @@ def build_spec(model, table_length: int):
         )
         if config.normalize_before:
             layer_norm(stack_spec.layer_norm, stack.layer_norm)
-    encoder_spec.embeddings[0].weight = shared
-    decoder_spec.embeddings.weight = shared
-    linear(decoder_spec.projection, model.get_output_embeddings())  # the same matrix when tied: stored once
+    # Section 3.4: one matrix for the encoder input, the decoder input and the pre-softmax projection when tied
+    # (`tie_word_embeddings`, the default); CTranslate2 stores equal weights once.
+    encoder_spec.embeddings[0].weight = weight(model.model.encoder.embed_tokens.weight)
+    decoder_spec.embeddings.weight = weight(model.model.decoder.embed_tokens.weight)
+    linear(decoder_spec.projection, model.get_output_embeddings())
 
     for layer_spec, layer in zip(encoder_spec.layer, model.model.encoder.layers):
         attention(layer_spec.self_attention, layer.self_attn, self_attention=True)
@@ -252,7 +253,7 @@ def export_ctranslate2(
     import_ctranslate2()
     from ctranslate2.converters import Converter
 
-    from .translate import source_limit
+    from .pipeline_vanilla_transformer import input_length_limit
 
     if quantization not in QUANTIZATIONS:
         raise ValueError(f"quantization={quantization!r} is not one of {list(QUANTIZATIONS)}.")
@@ -270,7 +271,7 @@ def export_ctranslate2(
     from .tokenization import check_tokenizer_fits_model
 
     check_tokenizer_fits_model(tokenizer, model.config)
-    limit = source_limit(model, tokenizer)
+    limit = input_length_limit(model.config, tokenizer)  # the longest source `translate` gives the model
     if model.config.position_embedding_type == "learned":
         table_length = model.config.max_position_embeddings  # outputs stop there: the model has no position beyond
     else:
