@@ -20,8 +20,9 @@ shared machine; wall in brackets), and the best engine; also the CPU, its flags 
 Random weights never emit `</s>`, so the output length is fixed: `--new-tokens` (default 30, about a Multi30k
 German sentence), the same number of decoder steps for every engine. (`--new-tokens 0` uses the model's rule,
 at most source length + 50 tokens: every random-weight translation then runs to that limit, which a trained model
-rarely does, and the CTranslate2 engines decode each sentence a second time to reproduce `generate` at the limit;
-see vanilla_transformer/export_ctranslate2.py.) The `--bleu` run times the trained model end to end.
+rarely does, and CTranslate2 decodes beam-search batches of one source length only, to reproduce `generate`'s
+per-sentence limit; see vanilla_transformer/export_ctranslate2.py.) The `--bleu` run times a trained model end to
+end.
 
 BLEU (`--bleu CHECKPOINT`): test2016 BLEU (sacreBLEU, 13a) of a trained checkpoint translated by `generate`
 (float32), and by its CTranslate2 export in float32 and int8, each in its own process, with the number of

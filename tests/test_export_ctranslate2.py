@@ -142,13 +142,15 @@ def test_tokens_and_step_scores_equal_generate(which, num_beams, request, tokeni
         torch.testing.assert_close(torch.tensor(scores), out.sequences_scores.float(), atol=1e-4, rtol=0)
 
 
-@pytest.mark.parametrize("offset", [2, 6])
+@pytest.mark.parametrize("offset", [2, 8])
 def test_beam_search_at_the_length_limit_equals_generate(offset, trained_model, tokenizer, tmp_path):
     """With a short maximum length most sentences reach it: generate forces </s> there, per sentence. The exported
     model must pick the same hypothesis (among those ended by </s> before and those generate completes with the
-    forced </s>), which a plain CTranslate2 call with one max_decoding_length does not."""
+    forced </s>), which a plain CTranslate2 call with one max_decoding_length does not. The last sentence is one
+    where, at offset 8, generate stops without completing the best hypothesis (4 ended in </s> before)."""
     lines = [line for line in read_multi30k("test_2016_flickr.en.gz", 260)
              if len(tokenizer(line)["input_ids"]) <= MAX_LENGTH][:200]
+    lines.append("Three dogs play with each other out in the field.")
     trained_model.generation_config.source_length_offset = offset
     try:
         ct2_model = exported(trained_model, tokenizer, tmp_path / "ct2")

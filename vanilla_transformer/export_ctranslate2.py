@@ -34,20 +34,18 @@ length_penalty, `</s>` counted in the length: hence `return_end_token=True`), th
 sentence is done once `beam` hypotheses are finished. Where the two differ is the length limit: `generate` forces
 `</s>` when a hypothesis reaches source length + 50 tokens, *per sentence* (`SourceLengthLimit`), while
 CTranslate2 has one `max_decoding_length` per call and, at that last step, finishes the best `beam` continuations
-whatever their token. So `translate_ctranslate2`
+whatever their token. So `translate_ctranslate2`, for beam search,
 
-1. decodes batches of similar length (longest first, as `translate`) with `max_decoding_length` = the batch's
-   longest limit - 1: one token short of the forced `</s>`. Greedy outputs are then cut at each sentence's own
-   limit (greedy tokens do not depend on the maximum). A beam search that stopped before a sentence's own last
-   step is the one `generate` runs (the searches differ only from there on; a hypothesis of that length among the
-   best `beam` returned shows it did not stop before);
-2. decodes the other sentences again, those of one source length together (so the maximum is their own), with
-   `patience=2`: the same search (fewer than `beam` hypotheses were finished before the last step, so the stopping
-   rule had not fired), but it returns every finished hypothesis (at most 2 x beam - 1). Of those it keeps the one
-   `generate` returns: the hypotheses `generate` completes with its forced `</s>` get that token in their length,
-   and are left out when `beam` hypotheses ending in `</s>` were already finished (`generate` stops first).
+1. decodes sentences of one source length together, with `max_decoding_length` = their limit - 1 (one token
+   short of the forced `</s>`). A search that stopped before that last step is the one `generate` runs. For one
+   that reached it, the hypotheses finished at the last step are the ones `generate` completes with its forced
+   `</s>` (one more token in the length), unless `beam` hypotheses ending in `</s>` were already finished (then
+   `generate` stops without them); the best `beam` hypotheses returned mostly decide which one `generate` returns;
+2. where they do not, decodes the sentence again with `patience=2`: the same search (the stopping rule, `beam`
+   finished, had not fired before the last step) returning every finished hypothesis (at most 2 x beam - 1).
 
-A trained model rarely reaches the limit, so step 2 is rare; a random-weight model always does.
+Greedy search needs none of this: its tokens do not depend on the limit, so batches mix lengths and each output
+is cut where `generate` forces `</s>`. A trained model rarely reaches the limit.
 
 With an explicit maximum (`max_new_tokens`) `generate` has no per-sentence rule and stops at that length exactly as
 CTranslate2 does. Checked by the tests: greedy and beam-4 tokens equal `generate`'s, scores to 1e-4.
@@ -398,47 +396,55 @@ class CTranslate2Model:
                 progress.update(n)
 
         order = sorted(range(len(sources)), key=lambda i: -len(sources[i]))  # longest first, as `translate`
-        again = []
-        for start in range(0, len(order), batch_size):
-            chunk = order[start : start + batch_size]
-            if max_new_tokens is not None:  # one limit for all, as generate's: nothing to adjust
-                for i, hyps in zip(chunk, self._search(sources, chunk, beams, max_new_tokens)):
-                    finish(i, *hyps[0])
-                done(len(chunk))
-                continue
-            longest = max(limit(i) for i in chunk)
-            if longest == 1:
-                again += chunk
-                continue
-            for i, hyps in zip(chunk, self._search(sources, chunk, beams, longest - 1, hypotheses=beams)):
-                tokens, score = hyps[0]
-                if beams == 1:  # greedy: generate's tokens are a prefix of these; it forces </s> after limit - 1
-                    finish(i, tokens[: limit(i) - 1], None)
-                elif any(len(h) >= limit(i) - 1 for h, _ in hyps):
-                    # The search went on past this sentence's own last step (the other sentences of the batch
-                    # allow longer outputs); below it is searched again with its own limit. Otherwise it
-                    # stopped before (fewer than `beams` hypotheses were finished: one of its best `beams` would
-                    # have the length of the step it stopped at), the same as with its own limit.
-                    again.append(i)
-                else:
+        if max_new_tokens is not None or beams == 1:
+            # Batches of mixed lengths. With max_new_tokens, generate has one limit for all, as CTranslate2. Greedy
+            # tokens do not depend on the limit: each output is cut where generate forces </s> (limit - 1 tokens).
+            for start in range(0, len(order), batch_size):
+                chunk = order[start : start + batch_size]
+                longest = max_new_tokens or max(limit(i) for i in chunk) - 1
+                for i, hyps in zip(chunk, self._search(sources, chunk, beams, max(longest, 1))):
+                    tokens, score = hyps[0]
+                    if max_new_tokens is None:
+                        tokens, score = (tokens[: limit(i) - 1] if limit(i) > 1 else [self.eos_token]), None
                     finish(i, tokens, score)
-            done(len(chunk) - sum(i in again for i in chunk))
-        # Sentences whose search reached their own last step: searched again with one limit per call (sentences of
-        # one source length), the same search up to that step, and patience=2 so that all finished hypotheses are
-        # returned (the stopping rule, `beams` finished, had not fired before the last step; after it, at most
-        # 2 * beams - 1 are finished). Of those, the one generate returns.
+                done(len(chunk))
+            return (results, scores) if return_scores else results
+
+        # Beam search with generate's per-sentence limit: sentences of one source length per call, so that one
+        # max_decoding_length (limit - 1, one short of the forced </s>) is each sentence's own.
         groups = {}
-        for i in again:
+        for i in order:
             groups.setdefault(limit(i), []).append(i)
+        again = []
         for length, group in groups.items():
             for start in range(0, len(group), batch_size):
                 chunk = group[start : start + batch_size]
                 if length == 1:  # nothing but the forced </s>
                     hyps = [[([self.eos_token], 0.0)] for _ in chunk]
                 else:
-                    hyps = self._search(sources, chunk, beams, length - 1, patience=2.0, hypotheses=2 * beams)
+                    hyps = self._search(sources, chunk, beams, length - 1, hypotheses=beams)
+                for i, best in zip(chunk, hyps):
+                    # A search that stopped before the last step returns no hypothesis of the last step's length
+                    # (it would be among the best `beams`: fewer than `beams` finished before it).
+                    if all(len(h) < length - 1 for h, _ in best):
+                        finish(i, *best[0])
+                        continue
+                    pick = self._pick_as_generate(best, beams, length, complete=False)
+                    if pick is None:
+                        again.append(i)
+                    else:
+                        finish(i, *pick)
+                done(len(chunk) - sum(i in again for i in chunk))
+        # Where the best `beams` do not decide: the same search again with patience=2, which changes nothing before
+        # the last step (the stopping rule, `beams` finished, had not fired) and returns every finished hypothesis
+        # (at most 2 * beams - 1).
+        for length in groups:
+            redo = [i for i in again if limit(i) == length]
+            for start in range(0, len(redo), batch_size):
+                chunk = redo[start : start + batch_size]
+                hyps = self._search(sources, chunk, beams, length - 1, patience=2.0, hypotheses=2 * beams)
                 for i, finished in zip(chunk, hyps):
-                    finish(i, *self._pick_as_generate(finished, beams, length))
+                    finish(i, *self._pick_as_generate(finished, beams, length, complete=True))
                 done(len(chunk))
         return (results, scores) if return_scores else results
 
@@ -463,20 +469,35 @@ class CTranslate2Model:
         )
         return [list(zip(r.hypotheses, r.scores)) for r in out]
 
-    def _pick_as_generate(self, hyps, beams, limit):
-        """The hypothesis `generate` returns when the beam search reached the last step before the forced `</s>`.
+    def _pick_as_generate(self, hyps, beams, limit, complete):
+        """The hypothesis `generate` returns for a sentence whose beam search reached the last step, `limit - 1`
+        tokens, before the `</s>` it forces (its log-probability is 0 there).
 
-        `hyps`: every finished hypothesis (tokens, score / len ** lp). Those not ending in `</s>` have `limit - 1`
-        tokens; `generate` forces `</s>` after them (length `limit`, log-probability 0), unless `beams` hypotheses
-        ending in `</s>` were already finished, when it stops first.
+        `hyps`: (tokens, CTranslate2's score = log-probability / length ** lp), all the finished hypotheses if
+        `complete`, else the best `beams` of them. The ones not ending in `</s>` were finished by CTranslate2's
+        last step; `generate` completes them with its forced `</s>` (one more token in the length), unless `beams`
+        hypotheses ending in `</s>` were already finished, when it stops without them. Returns None when the best
+        `beams` do not tell which one `generate` returns.
         """
         lp = self.settings["length_penalty"]
         ended = [(h, s) for h, s in hyps if h[-1] == self.eos_token]
-        if len(ended) >= beams:
-            return max(ended, key=lambda c: c[1])
         forced = [(h + [self.eos_token], s * len(h) ** lp / limit**lp) for h, s in hyps if h[-1] != self.eos_token]
-        return max(ended + forced, key=lambda c: c[1])
-
+        best_ended = max(ended, key=lambda c: c[1], default=None)
+        best_forced = max(forced, key=lambda c: c[1], default=None)
+        if complete:
+            if len(ended) >= beams or best_forced is None:
+                return best_ended
+            return max(ended + forced, key=lambda c: c[1])
+        # The best `beams` decide when they are the `beams` hypotheses finished at the last step: the others were
+        # finished before (ending in </s>) and score below all of these.
+        if any(len(h) != limit - 1 for h, _ in hyps):
+            return None
+        if best_forced is None:
+            return best_ended
+        if best_ended is None:  # fewer than `beams` end in </s> (only earlier ones can): generate completes these
+            return best_forced
+        # Whether generate completes the others depends on how many ended before: only a better ended one decides.
+        return best_ended if best_ended[1] >= best_forced[1] else None
 
 def translate_ctranslate2(
     model,
