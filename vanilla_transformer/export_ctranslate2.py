@@ -201,7 +201,7 @@ def build_spec(model, table_length: int):
     return spec
 
 
-def _generation_settings(model, source_limit: int, table_length: int) -> dict:
+def _generation_settings(model, tokenizer, source_limit: int, table_length: int) -> dict:
     """What `translate_ctranslate2` needs to decode as `generate` does with the model's generation config."""
     generation = model.generation_config
     early_stopping = getattr(generation, "early_stopping", True)
@@ -226,8 +226,7 @@ def _generation_settings(model, source_limit: int, table_length: int) -> dict:
         "source_length_offset": int(generation.source_length_offset),
         "source_limit": int(source_limit),
         "position_table_length": int(table_length),
-        "eos_token": None,  # filled in by the exporter from the tokenizer
-        "pad_token_id": int(model.config.pad_token_id),
+        "eos_token": tokenizer.eos_token,
     }
 
 
@@ -274,8 +273,7 @@ def export_ctranslate2(
         table_length = model.config.max_position_embeddings  # outputs stop there: the model has no position beyond
     else:
         table_length = limit + (getattr(model.generation_config, "source_length_offset", None) or 0)
-    settings = _generation_settings(model, limit, table_length)
-    settings["eos_token"] = tokenizer.eos_token
+    settings = _generation_settings(model, tokenizer, limit, table_length)
     model.eval()
     vocabulary = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
     if len(set(vocabulary)) != len(vocabulary):
