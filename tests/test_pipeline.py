@@ -165,7 +165,8 @@ def test_several_sequences_per_input(pipe):
 # --- input handling ------------------------------------------------------------------------------------------------
 
 
-def test_inputs_are_truncated_to_the_model_limit(pipe, model, tokenizer, monkeypatch):
+def record_first_source(model, monkeypatch) -> list[list[int]]:
+    """Spy on `model.generate`: the list it returns gets the first source sentence's ids of every call."""
     seen = []
     original = model.generate
 
@@ -174,6 +175,11 @@ def test_inputs_are_truncated_to_the_model_limit(pipe, model, tokenizer, monkeyp
         return original(*args, **kwargs)
 
     monkeypatch.setattr(model, "generate", spy)
+    return seen
+
+
+def test_inputs_are_truncated_to_the_model_limit(pipe, model, tokenizer, monkeypatch):
+    seen = record_first_source(model, monkeypatch)
     long_text = " ".join(SOURCES * 6)
     full = tokenizer(long_text)["input_ids"]
     assert len(full) > model.config.max_position_embeddings == 64
@@ -203,14 +209,7 @@ def test_pipeline_and_translate_cut_inputs_alike(tokenizer, monkeypatch, positio
     tokenizer = copy.deepcopy(tokenizer)
     if tokenizer_limit is not None:
         tokenizer.model_max_length = tokenizer_limit
-    seen = []
-    original = model.generate
-
-    def spy(*args, **kwargs):
-        seen.append(kwargs["input_ids"][0].tolist())
-        return original(*args, **kwargs)
-
-    monkeypatch.setattr(model, "generate", spy)
+    seen = record_first_source(model, monkeypatch)
     long_text = " ".join(SOURCES * 3)
     full = tokenizer(long_text)["input_ids"]
     assert len(full) > 24
