@@ -6,6 +6,7 @@ import gzip
 import itertools
 from pathlib import Path
 
+
 MULTI30K = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
 
 

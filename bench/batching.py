@@ -29,24 +29,25 @@ import os
 import statistics
 import time
 
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
+from _data import MULTI30K  # noqa: E402  (bench/, the script's directory)
 from transformers import DataCollatorForSeq2Seq  # noqa: E402
 
 from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration  # noqa: E402
 from vanilla_transformer.batching import TokenBatchSampler, padding_stats  # noqa: E402
 from vanilla_transformer.data import MODEL_INPUT_COLUMNS, load_parallel_corpus, tokenize_corpus  # noqa: E402
 
-from _data import MULTI30K  # noqa: E402  (bench/, the script's directory)
-
-
 
 def parse_args() -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
     p.add_argument("--data", default=str(MULTI30K), help="directory with train.{en,de}.gz")
     p.add_argument("--src-lang", default="en")
     p.add_argument("--tgt-lang", default="de")
@@ -79,9 +80,16 @@ def _inline_bpe(texts, vocab_size: int):
     tok = Tokenizer(models.BPE(unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Metaspace()
     tok.decoder = decoders.Metaspace()
-    tok.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["<pad>", "<s>", "</s>", "<unk>"], show_progress=False))
+    tok.train_from_iterator(
+        texts,
+        trainers.BpeTrainer(
+            vocab_size=vocab_size, special_tokens=["<pad>", "<s>", "</s>", "<unk>"], show_progress=False
+        ),
+    )
     tok.post_processor = processors.TemplateProcessing(single="$A </s>", special_tokens=[("</s>", 2)])
-    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", bos_token="<s>", eos_token="</s>", unk_token="<unk>")
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok, pad_token="<pad>", bos_token="<s>", eos_token="</s>", unk_token="<unk>"
+    )
 
 
 def fixed_size_batches(n: int, batch_size: int, seed: int) -> list[list[int]]:
@@ -103,8 +111,10 @@ def main() -> None:
     tokenizer = shared_tokenizer(corpus["train"], args.vocab_size)
     train = tokenize_corpus(corpus, tokenizer)["train"]
     src, tgt = np.asarray(train["src_len"]), np.asarray(train["tgt_len"])
-    print(f"data: {len(train)} pairs, vocab {len(tokenizer)}, mean length src {src.mean():.1f} / tgt {tgt.mean():.1f} "
-          f"tokens (max {src.max()} / {tgt.max()}); prepared in {time.perf_counter() - t0:.0f} s")
+    print(
+        f"data: {len(train)} pairs, vocab {len(tokenizer)}, mean length src {src.mean():.1f} / tgt {tgt.mean():.1f} "
+        f"tokens (max {src.max()} / {tgt.max()}); prepared in {time.perf_counter() - t0:.0f} s"
+    )
 
     # Scheme A: the paper's token batches. Scheme B: shuffled batches of the same mean sentence count.
     sampler = TokenBatchSampler(src, tgt, args.max_tokens, seed=args.seed)
@@ -115,15 +125,22 @@ def main() -> None:
     epoch_stats = {name: padding_stats(batches, src, tgt) for name, batches in schemes.items()}
 
     config = VanillaTransformerConfig.from_preset(
-        "small", vocab_size=len(tokenizer), d_model=args.d_model, encoder_layers=args.layers, decoder_layers=args.layers,
-        encoder_ffn_dim=4 * args.d_model, decoder_ffn_dim=4 * args.d_model,
+        "small",
+        vocab_size=len(tokenizer),
+        d_model=args.d_model,
+        encoder_layers=args.layers,
+        decoder_layers=args.layers,
+        encoder_ffn_dim=4 * args.d_model,
+        decoder_ffn_dim=4 * args.d_model,
     )
     model = VanillaTransformerForConditionalGeneration(config).to(args.device).train()
     collator = DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=-100)
     rows = train.select_columns(list(MODEL_INPUT_COLUMNS))
     n_params = sum(p.numel() for p in model.parameters())
-    print(f"model: d_model {args.d_model}, {args.layers}+{args.layers} layers, {n_params / 1e6:.1f}M parameters, "
-          f"device {args.device}, torch threads {torch.get_num_threads()}")
+    print(
+        f"model: d_model {args.d_model}, {args.layers}+{args.layers} layers, {n_params / 1e6:.1f}M parameters, "
+        f"device {args.device}, torch threads {torch.get_num_threads()}"
+    )
 
     def step(batch_indices):
         batch = {k: v.to(args.device) for k, v in collator([rows[i] for i in batch_indices]).items()}
@@ -147,8 +164,10 @@ def main() -> None:
 
     # Wall-clock speed is what a run takes; CPU-seconds (this process, all its threads) are less
     # disturbed by other jobs on a shared machine, so both are shown.
-    header = (f"{'scheme':<20}{'batches':>8}{'sent/b':>8}{'pad src':>9}{'pad tgt':>9}{'pad all':>9}{'max cost':>9}"
-              f"{'s/batch':>9}{'real tok/s':>12}{'padded tok/s':>14}{'real tok/cpu-s':>16}")
+    header = (
+        f"{'scheme':<20}{'batches':>8}{'sent/b':>8}{'pad src':>9}{'pad tgt':>9}{'pad all':>9}{'max cost':>9}"
+        f"{'s/batch':>9}{'real tok/s':>12}{'padded tok/s':>14}{'real tok/cpu-s':>16}"
+    )
     print("\n" + header + "\n" + "-" * len(header))
     speed = {}
     for name, runs in timed.items():
@@ -157,19 +176,27 @@ def main() -> None:
         seconds, cpu_seconds = sum(r[1] for r in runs), sum(r[2] for r in runs)
         real, padded = t["src_tokens"] + t["tgt_tokens"], t["src_padded"] + t["tgt_padded"]
         speed[name] = (real / seconds, padded / seconds, real / cpu_seconds, e)
-        print(f"{name:<20}{e['batches']:>8}{e['sentences'] / e['batches']:>8.1f}{e['src_pad_fraction']:>9.1%}"
-              f"{e['tgt_pad_fraction']:>9.1%}{e['pad_fraction']:>9.1%}{e['max_cost']:>9}"
-              f"{statistics.median(r[1] for r in runs):>9.3f}{real / seconds:>12.0f}{padded / seconds:>14.0f}"
-              f"{real / cpu_seconds:>16.0f}")
+        print(
+            f"{name:<20}{e['batches']:>8}{e['sentences'] / e['batches']:>8.1f}{e['src_pad_fraction']:>9.1%}"
+            f"{e['tgt_pad_fraction']:>9.1%}{e['pad_fraction']:>9.1%}{e['max_cost']:>9}"
+            f"{statistics.median(r[1] for r in runs):>9.3f}{real / seconds:>12.0f}{padded / seconds:>14.0f}"
+            f"{real / cpu_seconds:>16.0f}"
+        )
     (a_real, a_padded, a_cpu, a_e), (b_real, b_padded, b_cpu, b_e) = speed.values()
-    print(f"\npadding fraction (epoch, both sides): {a_e['pad_fraction']:.1%} token-based vs {b_e['pad_fraction']:.1%} "
-          f"fixed-size ({b_e['pad_fraction'] / max(a_e['pad_fraction'], 1e-9):.1f}x); padded tokens per epoch "
-          f"{(a_e['src_padded'] + a_e['tgt_padded']) / (b_e['src_padded'] + b_e['tgt_padded']):.2f}x")
-    print(f"real tokens/s, token-based / fixed-size: {a_real / b_real:.2f}x wall-clock, {a_cpu / b_cpu:.2f}x per CPU-second; "
-          f"padded tokens/s ratio {a_padded / b_padded:.2f}x ({args.batches} timed batches each, interleaved, "
-          f"after {args.warmup} warm-up)")
-    print(f"largest batch cost (n * longest side): token-based {a_e['max_cost']} (budget {args.max_tokens}), "
-          f"fixed-size {b_e['max_cost']}")
+    print(
+        f"\npadding fraction (epoch, both sides): {a_e['pad_fraction']:.1%} token-based vs {b_e['pad_fraction']:.1%} "
+        f"fixed-size ({b_e['pad_fraction'] / max(a_e['pad_fraction'], 1e-9):.1f}x); padded tokens per epoch "
+        f"{(a_e['src_padded'] + a_e['tgt_padded']) / (b_e['src_padded'] + b_e['tgt_padded']):.2f}x"
+    )
+    print(
+        f"real tokens/s, token-based / fixed-size: {a_real / b_real:.2f}x wall-clock, {a_cpu / b_cpu:.2f}x per CPU-second; "
+        f"padded tokens/s ratio {a_padded / b_padded:.2f}x ({args.batches} timed batches each, interleaved, "
+        f"after {args.warmup} warm-up)"
+    )
+    print(
+        f"largest batch cost (n * longest side): token-based {a_e['max_cost']} (budget {args.max_tokens}), "
+        f"fixed-size {b_e['max_cost']}"
+    )
 
 
 if __name__ == "__main__":

@@ -49,6 +49,7 @@ import tempfile
 import time
 from pathlib import Path
 
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
@@ -112,8 +113,21 @@ def worker(args) -> None:
 
 class Worker:
     def __init__(self, engine: str, model: Path, sentences: Path, threads: int, new_tokens: int | None):
-        command = [sys.executable, __file__, "--worker", "--engine", engine, "--model", str(model),
-                   "--sentences-file", str(sentences), "--threads", str(threads), "--new-tokens", str(new_tokens or 0)]
+        command = [
+            sys.executable,
+            __file__,
+            "--worker",
+            "--engine",
+            engine,
+            "--model",
+            str(model),
+            "--sentences-file",
+            str(sentences),
+            "--threads",
+            str(threads),
+            "--new-tokens",
+            str(new_tokens or 0),
+        ]
         env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
         self.engine = engine
         self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
@@ -182,12 +196,16 @@ def speed(args) -> None:
     supported = ctranslate2.get_supported_compute_types("cpu")
     ct2_types = ["float32", "int8"] + (["bfloat16"] if "bfloat16" in supported else [])
     print(f"CPU: {cpu_description()}")
-    print(f"torch {torch.__version__} (cpu capability {torch.backends.cpu.get_cpu_capability()}), "
-          f"ctranslate2 {ctranslate2.__version__} (cpu compute types: {', '.join(sorted(supported))})")
+    print(
+        f"torch {torch.__version__} (cpu capability {torch.backends.cpu.get_cpu_capability()}), "
+        f"ctranslate2 {ctranslate2.__version__} (cpu compute types: {', '.join(sorted(supported))})"
+    )
     if "bfloat16" not in supported:
         print("ct2-bfloat16 left out: CTranslate2 has no bfloat16 computation on this CPU.")
-    print(f"threads per engine: {args.threads}; rounds: {args.rounds}; load average before: "
-          f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}")
+    print(
+        f"threads per engine: {args.threads}; rounds: {args.rounds}; load average before: "
+        f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}"
+    )
 
     with tempfile.TemporaryDirectory(prefix="bench_ct2_") as tmp:
         work = Path(tmp)
@@ -195,8 +213,9 @@ def speed(args) -> None:
         if tokenizer_dir is None:
             from vanilla_transformer.tokenization import train_tokenizer
 
-            tokenizer = train_tokenizer(read_gz(args.data / "train.en.gz") + read_gz(args.data / "train.de.gz"),
-                                        vocab_size=8000)
+            tokenizer = train_tokenizer(
+                read_gz(args.data / "train.en.gz") + read_gz(args.data / "train.de.gz"), vocab_size=8000
+            )
             tokenizer_dir = work / "tokenizer"
             tokenizer.save_pretrained(tokenizer_dir)
         summary = []
@@ -222,26 +241,34 @@ def speed(args) -> None:
                         outputs[w.engine, mode] = result["outputs"]
             for w in workers:
                 w.close()
-            print(f"\n== {preset}: {len(sentences)} test2016 sentences, "
-                  f"{'source length + 50' if args.new_tokens is None else args.new_tokens} tokens per translation")
+            print(
+                f"\n== {preset}: {len(sentences)} test2016 sentences, "
+                f"{'source length + 50' if args.new_tokens is None else args.new_tokens} tokens per translation"
+            )
             for mode in ("beam", "greedy"):
                 reference = outputs["generate-float32", mode]
                 base_cpu = statistics.median(c for _, c in times["generate-float32", mode])
                 base_wall = statistics.median(w for w, _ in times["generate-float32", mode])
                 print(f"-- {'beam 4' if mode == 'beam' else 'greedy'}")
-                print(f"   {'engine':18s} {'wall s':>8s} {'cpu s':>8s} {'speed-up (cpu)':>15s} {'[wall]':>8s} "
-                      f"{'same output as generate-float32':>32s}")
+                print(
+                    f"   {'engine':18s} {'wall s':>8s} {'cpu s':>8s} {'speed-up (cpu)':>15s} {'[wall]':>8s} "
+                    f"{'same output as generate-float32':>32s}"
+                )
                 best = None
                 for w in workers:
                     wall = statistics.median(x for x, _ in times[w.engine, mode])
                     cpu = statistics.median(c for _, c in times[w.engine, mode])
                     same = sum(a == b for a, b in zip(outputs[w.engine, mode], reference))
-                    print(f"   {w.engine:18s} {wall:8.2f} {cpu:8.2f} {base_cpu / cpu:14.2f}x {base_wall / wall:7.2f}x "
-                          f"{same:>26d}/{len(reference)}")
+                    print(
+                        f"   {w.engine:18s} {wall:8.2f} {cpu:8.2f} {base_cpu / cpu:14.2f}x {base_wall / wall:7.2f}x "
+                        f"{same:>26d}/{len(reference)}"
+                    )
                     if best is None or cpu < best[1]:
                         best = (w.engine, cpu)
-                summary.append(f"{preset} {'beam 4' if mode == 'beam' else 'greedy'}: fastest {best[0]} "
-                               f"({base_cpu / best[1]:.2f}x generate-float32, cpu time)")
+                summary.append(
+                    f"{preset} {'beam 4' if mode == 'beam' else 'greedy'}: fastest {best[0]} "
+                    f"({base_cpu / best[1]:.2f}x generate-float32, cpu time)"
+                )
         print("\n" + "\n".join(summary))
         print(f"load average after: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
 
@@ -271,25 +298,45 @@ def bleu(args) -> None:
         print(f"test2016 ({len(sources)} sentences), beam 4, {args.bleu}")
         for engine, (score, outputs, wall) in results.items():
             same = sum(a == b for a, b in zip(outputs, reference))
-            print(f"  {engine:18s} BLEU {score:6.2f} ({score - results['generate-float32'][0]:+.2f})  "
-                  f"identical to generate: {same}/{len(reference)}  wall {wall:.0f} s")
+            print(
+                f"  {engine:18s} BLEU {score:6.2f} ({score - results['generate-float32'][0]:+.2f})  "
+                f"identical to generate: {same}/{len(reference)}  wall {wall:.0f} s"
+            )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--presets", nargs="+", default=["small", "base"], choices=["small", "base", "big"])
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (median over them; default 3)")
-    parser.add_argument("--threads", type=int, default=1,
-                        help="threads per engine (default 1: steadier on a machine shared with other jobs)")
-    parser.add_argument("--sentences", type=int, default=None,
-                        help="test2016 sentences per run (default 64 for small, 24 for base)")
-    parser.add_argument("--new-tokens", type=int, default=30,
-                        help="output length (default 30; 0: the model's rule, at most source length + 50)")
-    parser.add_argument("--tokenizer", type=Path, default=None,
-                        help="tokenizer directory (default: one trained inline on Multi30k EN+DE, 8000 tokens)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="threads per engine (default 1: steadier on a machine shared with other jobs)",
+    )
+    parser.add_argument(
+        "--sentences", type=int, default=None, help="test2016 sentences per run (default 64 for small, 24 for base)"
+    )
+    parser.add_argument(
+        "--new-tokens",
+        type=int,
+        default=30,
+        help="output length (default 30; 0: the model's rule, at most source length + 50)",
+    )
+    parser.add_argument(
+        "--tokenizer",
+        type=Path,
+        default=None,
+        help="tokenizer directory (default: one trained inline on Multi30k EN+DE, 8000 tokens)",
+    )
     parser.add_argument("--data", type=Path, default=DATA, help=f"Multi30k directory (default {DATA})")
-    parser.add_argument("--bleu", type=Path, default=None, metavar="CHECKPOINT",
-                        help="instead of timing: test2016 BLEU of CHECKPOINT by generate and by its exports")
+    parser.add_argument(
+        "--bleu",
+        type=Path,
+        default=None,
+        metavar="CHECKPOINT",
+        help="instead of timing: test2016 BLEU of CHECKPOINT by generate and by its exports",
+    )
     # Worker mode (internal).
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--engine", help=argparse.SUPPRESS)

@@ -9,6 +9,7 @@ import os
 import pytest
 from support.hub_server import start_session_hub  # standard library only; must come before any HF import
 
+
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # HF_ENDPOINT -> loopback, HF_TOKEN -> its test token, a fresh temporary HF_HOME, HF_HUB_DISABLE_XET=1, HF_HUB_OFFLINE=1.
 HUB = start_session_hub()

@@ -6,6 +6,7 @@ import textwrap
 from itertools import islice
 from pathlib import Path
 
+
 # ../shared/data/multi30k beside the repository (never copied into it).
 MULTI30K = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
 

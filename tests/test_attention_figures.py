@@ -11,11 +11,10 @@ import textwrap
 import numpy as np
 import pytest
 import torch
+from helpers import BLOCK_PACKAGE, read_multi30k, subprocess_env
 from safetensors.torch import load_file
 
-from helpers import BLOCK_PACKAGE, read_multi30k, subprocess_env
-from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
-from vanilla_transformer import attention_figures
+from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration, attention_figures
 from vanilla_transformer.attention_figures import (
     LINE_WIDTH,
     attention_figure,
@@ -25,6 +24,7 @@ from vanilla_transformer.attention_figures import (
 )
 from vanilla_transformer.cli import main
 from vanilla_transformer.tokenization import train_tokenizer
+
 
 SOURCE = "Two young men are riding bicycles down the street."
 TARGET = "Zwei junge Männer fahren mit Fahrrädern die Straße entlang."
@@ -40,8 +40,16 @@ def model(tokenizer):
     # Encoder and decoder of different depths and head counts, so that a mix-up of the kinds changes the shapes.
     torch.manual_seed(0)
     config = VanillaTransformerConfig(
-        vocab_size=len(tokenizer), d_model=32, encoder_layers=2, decoder_layers=3, encoder_attention_heads=2,
-        decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, dropout=0.1, tie_word_embeddings=False,
+        vocab_size=len(tokenizer),
+        d_model=32,
+        encoder_layers=2,
+        decoder_layers=3,
+        encoder_attention_heads=2,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=64,
+        decoder_ffn_dim=64,
+        dropout=0.1,
+        tie_word_embeddings=False,
     )
     model = VanillaTransformerForConditionalGeneration(config).eval()
     assert model.config._attn_implementation == "sdpa"  # the default: the function must switch to eager itself
@@ -59,9 +67,12 @@ def reference(model, tokenizer, source, target_ids):
     eager.set_attn_implementation("eager")
     labels = torch.tensor([target_ids])
     with torch.no_grad():
-        return eager(**tokenizer(source, return_tensors="pt"),
-                     decoder_input_ids=eager.prepare_decoder_input_ids_from_labels(labels),
-                     output_attentions=True, return_dict=True)
+        return eager(
+            **tokenizer(source, return_tensors="pt"),
+            decoder_input_ids=eager.prepare_decoder_input_ids_from_labels(labels),
+            output_attentions=True,
+            return_dict=True,
+        )
 
 
 # --- the weights ---------------------------------------------------------------------------------------------------
@@ -71,8 +82,11 @@ def test_weights_are_the_models_output_attentions(model, tokenizer, weights):
     source_ids = tokenizer(SOURCE)["input_ids"]
     target_ids = tokenizer(text_target=TARGET)["input_ids"]
     out = reference(model, tokenizer, SOURCE, target_ids)
-    for kind, name in (("encoder", "encoder_attentions"), ("decoder", "decoder_attentions"),
-                       ("cross", "cross_attentions")):
+    for kind, name in (
+        ("encoder", "encoder_attentions"),
+        ("decoder", "decoder_attentions"),
+        ("cross", "cross_attentions"),
+    ):
         expected = torch.stack([w[0] for w in getattr(out, name)])
         assert torch.equal(weights.of(kind), expected), kind
     s, t = len(source_ids), len(target_ids)
@@ -158,18 +172,21 @@ def test_heatmaps_hold_the_cross_attention(weights):
     assert len(images) == 3 * (4 + 1)
     for layer in range(3):
         for head in range(4):
-            np.testing.assert_array_equal(images[f"cross/layer={layer}/head={head}"].get_array(),
-                                          weights.cross[layer, head].numpy())
-        np.testing.assert_allclose(images[f"cross/layer={layer}/head=mean"].get_array(),
-                                   weights.cross[layer].mean(0).numpy(), rtol=1e-6)
+            np.testing.assert_array_equal(
+                images[f"cross/layer={layer}/head={head}"].get_array(), weights.cross[layer, head].numpy()
+            )
+        np.testing.assert_allclose(
+            images[f"cross/layer={layer}/head=mean"].get_array(), weights.cross[layer].mean(0).numpy(), rtol=1e-6
+        )
     ax = next(a for a in figure.axes if images["cross/layer=0/head=0"] in a.images)
     assert [t.get_text() for t in ax.get_xticklabels()] == weights.source_tokens
     assert [t.get_text() for t in ax.get_yticklabels()] == weights.target_tokens
 
     chosen = artists(draw_attention(weights, "cross", layer=-1, heads="1,3"), "cross")
     assert set(chosen) == {"cross/layer=2/head=1", "cross/layer=2/head=3", "cross/layer=2/head=mean"}
-    np.testing.assert_allclose(chosen["cross/layer=2/head=mean"].get_array(),
-                               weights.cross[2, [1, 3]].mean(0).numpy(), rtol=1e-6)
+    np.testing.assert_allclose(
+        chosen["cross/layer=2/head=mean"].get_array(), weights.cross[2, [1, 3]].mean(0).numpy(), rtol=1e-6
+    )
 
 
 @pytest.mark.parametrize("kind, tokens", [("encoder", "source_tokens"), ("decoder", "decoder_input_tokens")])
@@ -203,17 +220,20 @@ def test_png_is_written(model, tokenizer, tmp_path):
 # --- bad input -----------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("kind, layer, heads, named", [
-    ("cross", 3, "all", r"`layer` .* the model has 3 layers, got 3"),
-    ("encoder", 2, "all", r"`layer` .* the model has 2 layers, got 2"),
-    ("cross", -4, "all", r"`layer`"),
-    ("cross", "1", "all", r"`layer`"),
-    ("encoder", 0, [2], r"`heads` .*this attention has 2 heads\), got \[2\]"),
-    ("cross", 0, "0,4", r"`heads` .* got \[4\]"),
-    ("cross", 0, "first", r"`heads` must be 'all' or head indices such as '0,3', got 'first'"),
-    ("cross", 0, [], r"`heads`"),
-    ("self", 0, "all", r"`kind` must be one of \['cross', 'encoder', 'decoder'\], got 'self'"),
-])
+@pytest.mark.parametrize(
+    "kind, layer, heads, named",
+    [
+        ("cross", 3, "all", r"`layer` .* the model has 3 layers, got 3"),
+        ("encoder", 2, "all", r"`layer` .* the model has 2 layers, got 2"),
+        ("cross", -4, "all", r"`layer`"),
+        ("cross", "1", "all", r"`layer`"),
+        ("encoder", 0, [2], r"`heads` .*this attention has 2 heads\), got \[2\]"),
+        ("cross", 0, "0,4", r"`heads` .* got \[4\]"),
+        ("cross", 0, "first", r"`heads` must be 'all' or head indices such as '0,3', got 'first'"),
+        ("cross", 0, [], r"`heads`"),
+        ("self", 0, "all", r"`kind` must be one of \['cross', 'encoder', 'decoder'\], got 'self'"),
+    ],
+)
 def test_bad_layer_head_or_kind(weights, kind, layer, heads, named):
     with pytest.raises(ValueError, match=named):
         draw_attention(weights, kind, layer, heads)
@@ -249,11 +269,49 @@ def checkpoint(model, tokenizer, tmp_path_factory):
 
 def test_command_writes_the_figure(checkpoint, tmp_path, capsys):
     path = tmp_path / "enc.png"
-    assert main(["attention", "--model", str(checkpoint), SOURCE, "--target", TARGET, "--kind", "encoder",
-                 "--layer", "-1", "--heads", "0,1", "--output", str(path), "--device", "cpu"]) == 0
+    assert (
+        main(
+            [
+                "attention",
+                "--model",
+                str(checkpoint),
+                SOURCE,
+                "--target",
+                TARGET,
+                "--kind",
+                "encoder",
+                "--layer",
+                "-1",
+                "--heads",
+                "0,1",
+                "--output",
+                str(path),
+                "--device",
+                "cpu",
+            ]
+        )
+        == 0
+    )
     assert path.read_bytes().startswith(b"\x89PNG") and str(path) in capsys.readouterr().out
-    assert main(["attention", "--model", str(checkpoint), SOURCE, "--target", TARGET, "--heads", "7",
-                 "--output", str(path), "--device", "cpu"]) == 1
+    assert (
+        main(
+            [
+                "attention",
+                "--model",
+                str(checkpoint),
+                SOURCE,
+                "--target",
+                TARGET,
+                "--heads",
+                "7",
+                "--output",
+                str(path),
+                "--device",
+                "cpu",
+            ]
+        )
+        == 1
+    )
     assert "`heads` must be 'all' or indices in [0, 4)" in capsys.readouterr().err
 
 
@@ -280,8 +338,9 @@ def test_remote_code_model_in_a_process_without_the_package(checkpoint, weights,
         """
     )
     env = subprocess_env(HF_MODULES_CACHE=str(tmp_path / "modules"))
-    result = subprocess.run([sys.executable, "-I", "-c", script], cwd=tmp_path, env=env, capture_output=True,
-                            text=True, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-I", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     loaded = json.loads(result.stdout.strip().splitlines()[-1])
     assert loaded["class"].startswith("transformers_modules.") and loaded["vanilla_modules"] == []
@@ -302,10 +361,19 @@ def test_model_card_figure(model, tokenizer, tmp_path, monkeypatch, caplog):
     entry = write_attention_figure(model, tokenizer, SOURCE, tmp_path, split="val")
     assert (tmp_path / "attention.png").read_bytes().startswith(b"\x89PNG")
     expected = attention_weights(model, tokenizer, SOURCE, num_beams=4)
-    assert entry == {"file": "attention.png", "layer": entry["layer"], "layers": 3, "num_beams": 4, "source": SOURCE,
-                     "split": "val", "translation": expected.translation}
+    assert entry == {
+        "file": "attention.png",
+        "layer": entry["layer"],
+        "layers": 3,
+        "num_beams": 4,
+        "source": SOURCE,
+        "split": "val",
+        "translation": expected.translation,
+    }
     # The layer drawn is the one whose head-averaged rows have the largest maximum weight, on average.
-    concentration = [float(np.mean([row.max() for row in expected.cross[layer].mean(0).numpy()])) for layer in range(3)]
+    concentration = [
+        float(np.mean([row.max() for row in expected.cross[layer].mean(0).numpy()])) for layer in range(3)
+    ]
     assert entry["layer"] == int(np.argmax(concentration))
     # A training run is not failed for its card's figure: no figure, a warning.
     monkeypatch.setattr(tokenizer, "model_max_length", 4)

@@ -11,16 +11,19 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from helpers import read_multi30k, subprocess_env
+
 from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 from vanilla_transformer.export_ctranslate2 import import_ctranslate2
+
 
 try:
     ctranslate2 = import_ctranslate2()
 except ImportError as error:
-    pytest.skip(f"ctranslate2 is not installed ({error}); it comes with the dev extra: pip install -e '.[dev]'",
-                allow_module_level=True)
+    pytest.skip(
+        f"ctranslate2 is not installed ({error}); it comes with the dev extra: pip install -e '.[dev]'",
+        allow_module_level=True,
+    )
 
 from vanilla_transformer.cli import main  # noqa: E402
 from vanilla_transformer.export_ctranslate2 import (  # noqa: E402
@@ -30,6 +33,7 @@ from vanilla_transformer.export_ctranslate2 import (  # noqa: E402
 )
 from vanilla_transformer.tokenization import train_tokenizer  # noqa: E402
 from vanilla_transformer.translate import translate  # noqa: E402
+
 
 MAX_LENGTH = 48  # the tokenizer's model_max_length: the longest source translate() takes
 
@@ -46,11 +50,20 @@ def tokenizer(corpus):
 
 
 def tiny_config(tokenizer, **overrides):
-    return VanillaTransformerConfig(**{
-        "vocab_size": len(tokenizer), "d_model": 32, "encoder_layers": 2, "decoder_layers": 2,
-        "encoder_attention_heads": 2, "decoder_attention_heads": 2, "encoder_ffn_dim": 64, "decoder_ffn_dim": 64,
-        "dropout": 0.0, **overrides,
-    })
+    return VanillaTransformerConfig(
+        **{
+            "vocab_size": len(tokenizer),
+            "d_model": 32,
+            "encoder_layers": 2,
+            "decoder_layers": 2,
+            "encoder_attention_heads": 2,
+            "decoder_attention_heads": 2,
+            "encoder_ffn_dim": 64,
+            "decoder_ffn_dim": 64,
+            "dropout": 0.0,
+            **overrides,
+        }
+    )
 
 
 @pytest.fixture(scope="module")
@@ -70,8 +83,13 @@ def trained_model(tokenizer, corpus):
     generator = torch.Generator().manual_seed(2)
     for _ in range(100):
         rows = torch.randint(len(src), (32,), generator=generator).tolist()
-        batch = tokenizer([src[i] for i in rows], text_target=[tgt[i] for i in rows], padding=True,
-                          truncation=True, return_tensors="pt")
+        batch = tokenizer(
+            [src[i] for i in rows],
+            text_target=[tgt[i] for i in rows],
+            padding=True,
+            truncation=True,
+            return_tensors="pt",
+        )
         labels = batch["labels"].masked_fill(batch["labels"] == tokenizer.pad_token_id, -100)
         model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=labels).loss.backward()
         optimizer.step()
@@ -106,8 +124,9 @@ def generate_batch(model, tokenizer, lines, num_beams):
 def step_log_probs_ct2(ct2_model, source_ids, target_ids):
     """CTranslate2's log-probability of each target token and of the closing </s>, given the previous ones."""
     tokens = ct2_model.tokens
-    results = ct2_model.translator.score_batch([[tokens[t] for t in s] for s in source_ids],
-                                               [[tokens[t] for t in t_ids] for t_ids in target_ids])
+    results = ct2_model.translator.score_batch(
+        [[tokens[t] for t in s] for s in source_ids], [[tokens[t] for t in t_ids] for t_ids in target_ids]
+    )
     return [r.log_probs for r in results]
 
 
@@ -148,8 +167,11 @@ def test_beam_search_at_the_length_limit_equals_generate(offset, trained_model, 
     model must pick the same hypothesis (among those ended by </s> before and those generate completes with the
     forced </s>), which a plain CTranslate2 call with one max_decoding_length does not. The last sentence is one
     where, at offset 8, generate stops without completing the best hypothesis (4 ended in </s> before)."""
-    lines = [line for line in read_multi30k("test_2016_flickr.en.gz", 260)
-             if len(tokenizer(line)["input_ids"]) <= MAX_LENGTH][:200]
+    lines = [
+        line
+        for line in read_multi30k("test_2016_flickr.en.gz", 260)
+        if len(tokenizer(line)["input_ids"]) <= MAX_LENGTH
+    ][:200]
     lines.append("Three dogs play with each other out in the field.")
     trained_model.generation_config.source_length_offset = offset
     try:
@@ -184,8 +206,10 @@ def test_architecture_variants_equal_generate(flags, tokenizer, sentences, tmp_p
     ct2_model = exported(model, tokenizer, tmp_path / "ct2")
     source_ids = [tokenizer(line)["input_ids"] for line in sentences[:6]]
     for num_beams in (1, 4):
-        assert ct2_model.generate(source_ids, num_beams=num_beams) == \
-            generate_batch(model, tokenizer, sentences[:6], num_beams)[0]
+        assert (
+            ct2_model.generate(source_ids, num_beams=num_beams)
+            == generate_batch(model, tokenizer, sentences[:6], num_beams)[0]
+        )
 
 
 def test_int8_export_loads_and_translates(trained_model, tokenizer, sentences, tmp_path):
@@ -221,8 +245,9 @@ def test_translate_function_equals_translate(trained_model, tokenizer, sentences
     assert [i for i, text in enumerate(got) if not text] == [0, 2, 9]
     assert ct2_warnings == [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert "Line 8 has" in ct2_warnings[0]
-    assert translate_ctranslate2(ct2_model, lines, num_beams=1, max_new_tokens=5) == \
-        translate(trained_model, tokenizer, lines, num_beams=1, max_new_tokens=5)
+    assert translate_ctranslate2(ct2_model, lines, num_beams=1, max_new_tokens=5) == translate(
+        trained_model, tokenizer, lines, num_beams=1, max_new_tokens=5
+    )
 
 
 def test_command_line_export_and_translate(trained_model, tokenizer, sentences, tmp_path, capsys):
@@ -234,8 +259,21 @@ def test_command_line_export_and_translate(trained_model, tokenizer, sentences, 
     source = tmp_path / "in.en"
     source.write_text("\n".join(["", *sentences[:6], ""]) + "\n", encoding="utf-8")
     for engine, model in (("ctranslate2", export), ("transformers", checkpoint)):
-        args = ["translate", "--engine", engine, "--model", str(model), "--input", str(source),
-                "--output", str(tmp_path / f"{engine}.de"), "--batch-size", "4", "--device", "cpu"]
+        args = [
+            "translate",
+            "--engine",
+            engine,
+            "--model",
+            str(model),
+            "--input",
+            str(source),
+            "--output",
+            str(tmp_path / f"{engine}.de"),
+            "--batch-size",
+            "4",
+            "--device",
+            "cpu",
+        ]
         assert main(args) == 0
     ct2_lines = (tmp_path / "ctranslate2.de").read_text(encoding="utf-8").split("\n")
     assert ct2_lines == (tmp_path / "transformers.de").read_text(encoding="utf-8").split("\n")
@@ -275,8 +313,10 @@ def test_a_directory_that_is_not_an_export_is_a_clear_error(trained_model, token
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="reads the dynamic linker's symbol bindings (glibc LD_DEBUG)")
-@pytest.mark.skipif(not list((Path(ctranslate2.__file__).parents[1] / "ctranslate2.libs").glob("libgomp*")),
-                    reason="this ctranslate2 build ships no OpenMP runtime of its own")
+@pytest.mark.skipif(
+    not list((Path(ctranslate2.__file__).parents[1] / "ctranslate2.libs").glob("libgomp*")),
+    reason="this ctranslate2 build ships no OpenMP runtime of its own",
+)
 def test_ctranslate2_keeps_its_own_openmp_runtime_when_torch_is_loaded_first(tmp_path):
     """Imported after torch, CTranslate2 would run its threads in torch's libgomp (both engines slow down);
     `import_ctranslate2` loads it so that it binds its own, as when it is imported first."""
@@ -286,8 +326,12 @@ def test_ctranslate2_keeps_its_own_openmp_runtime_when_torch_is_loaded_first(tmp
     env = subprocess_env(LD_DEBUG="bindings", LD_DEBUG_OUTPUT=str(log), LD_BIND_NOW="1")
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=120, env=env)
     assert result.returncode == 0, result.stderr.decode()[-2000:]
-    bindings = [line for path in tmp_path.glob("ld.*") for line in path.read_text().splitlines()
-                if "libctranslate2" in line.split(" to ")[0] and "GOMP_parallel" in line]
+    bindings = [
+        line
+        for path in tmp_path.glob("ld.*")
+        for line in path.read_text().splitlines()
+        if "libctranslate2" in line.split(" to ")[0] and "GOMP_parallel" in line
+    ]
     assert bindings, "no binding of GOMP_parallel from libctranslate2 was logged"
     # Bound to ctranslate2.libs/libgomp-*.so, not torch/lib/libgomp.so.1 (where a plain `import ctranslate2` after
     # `import torch` binds it).

@@ -12,7 +12,6 @@ BLEU is the run's. Errors before any upload: no token, wrong token, another user
 import hashlib
 import importlib
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -26,16 +25,17 @@ import pytest
 import sacrebleu
 import torch
 import yaml
+from conftest import HUB
+from helpers import BLOCK_PACKAGE, read_multi30k
 from huggingface_hub import HfApi, ModelCard, constants, snapshot_download
 from huggingface_hub.errors import RepositoryNotFoundError
 from safetensors.torch import save_file
 from transformers import AutoModel, AutoModelForSeq2SeqLM, AutoTokenizer
 
-from conftest import HUB
-from helpers import BLOCK_PACKAGE, read_multi30k
 from vanilla_transformer import VanillaTransformerForConditionalGeneration, VanillaTransformerModel
 from vanilla_transformer.cli import main as cli_main
 from vanilla_transformer.hub import DEFAULT_COMMIT_MESSAGE, check_hub_access, files_to_push, push_run
+
 
 ROOT = Path(__file__).resolve().parents[1]
 TEST_SPLIT = "test_2016_flickr"
@@ -43,13 +43,21 @@ STEPS, SAVE_STEPS = 150, 50
 
 # What a published run holds, and nothing else (README.md: the card; .gitattributes: written by the Hub).
 EXPECTED_FILES = {
-    ".gitattributes", "README.md", "config.json", "generation_config.json", "model.safetensors",
-    "configuration_vanilla_transformer.py", "modeling_vanilla_transformer.py", "pipeline_vanilla_transformer.py",
-    "tokenizer.json", "tokenizer_config.json", "results.json",
+    ".gitattributes",
+    "README.md",
+    "config.json",
+    "generation_config.json",
+    "model.safetensors",
+    "configuration_vanilla_transformer.py",
+    "modeling_vanilla_transformer.py",
+    "pipeline_vanilla_transformer.py",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "results.json",
 }
 # What train.py leaves in its output directory that must not be published.
-TRAINING_LEFTOVERS = ["checkpoint-50", "tokenizer", "training_args.bin", "trainer_state.json",
-                      f"{TEST_SPLIT}.hyp.de"]
+TRAINING_LEFTOVERS = ["checkpoint-50", "tokenizer", "training_args.bin", "trainer_state.json", f"{TEST_SPLIT}.hyp.de"]
+
 
 def unique(name: str) -> str:
     return f"{name}-{uuid.uuid4().hex[:8]}"
@@ -71,13 +79,46 @@ def load_train_py():
 
 def train_args(data_dir, output_dir, *extra):
     return [
-        "--dataset", str(data_dir), "--output_dir", str(output_dir), "--test_split", TEST_SPLIT,
-        "--vocab_size", "600", "--d_model", "32", "--layers", "1", "--heads", "2", "--ffn_dim", "64",
-        "--dropout", "0.0", "--max_steps", str(STEPS), "--warmup_steps", "20", "--max_tokens", "800",
-        "--save_strategy", "steps", "--save_steps", str(SAVE_STEPS), "--logging_steps", "25",
+        "--dataset",
+        str(data_dir),
+        "--output_dir",
+        str(output_dir),
+        "--test_split",
+        TEST_SPLIT,
+        "--vocab_size",
+        "600",
+        "--d_model",
+        "32",
+        "--layers",
+        "1",
+        "--heads",
+        "2",
+        "--ffn_dim",
+        "64",
+        "--dropout",
+        "0.0",
+        "--max_steps",
+        str(STEPS),
+        "--warmup_steps",
+        "20",
+        "--max_tokens",
+        "800",
+        "--save_strategy",
+        "steps",
+        "--save_steps",
+        str(SAVE_STEPS),
+        "--logging_steps",
+        "25",
         # No TensorBoard: the Trainer's background pushes upload its output_dir, and a live event file that grows
         # during the upload makes that push fail silently (observed: LFS verify 404, the step's commit missing).
-        "--report_to", "none", "--use_cpu", "--disable_tqdm", "true", "--test_batch_size", "20", *extra,
+        "--report_to",
+        "none",
+        "--use_cpu",
+        "--disable_tqdm",
+        "true",
+        "--test_batch_size",
+        "20",
+        *extra,
     ]
 
 
@@ -87,8 +128,9 @@ def data_dir(tmp_path_factory):
     path = tmp_path_factory.mktemp("multi30k_subset")
     for split, size in (("train", 500), ("val", 20), (TEST_SPLIT, 20)):
         for lang in ("en", "de"):
-            (path / f"{split}.{lang}").write_text("\n".join(read_multi30k(f"{split}.{lang}.gz", size)) + "\n",
-                                                 encoding="utf-8")
+            (path / f"{split}.{lang}").write_text(
+                "\n".join(read_multi30k(f"{split}.{lang}.gz", size)) + "\n", encoding="utf-8"
+            )
     return path
 
 
@@ -98,8 +140,19 @@ def run(online, data_dir, tmp_path_factory):
     train = load_train_py()
     repo = f"{online.user}/{unique('run')}"
     out = tmp_path_factory.mktemp("run")
-    results = train.main(train_args(data_dir, out, "--push_to_hub", "--hub_model_id", repo,
-                                    "--hub_strategy", "every_save", "--hub_always_push", "true"))
+    results = train.main(
+        train_args(
+            data_dir,
+            out,
+            "--push_to_hub",
+            "--hub_model_id",
+            repo,
+            "--hub_strategy",
+            "every_save",
+            "--hub_always_push",
+            "true",
+        )
+    )
     return {"repo": repo, "out": out, "results": results}
 
 
@@ -116,15 +169,21 @@ def reference(run, tmp_path_factory):
     decoder = tokenizer(text_target=targets, padding=True, return_tensors="pt")["input_ids"]
     with torch.no_grad():
         tensors = {
-            "ids": batch["input_ids"], "mask": batch["attention_mask"], "dec": decoder,
-            "logits": model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                            decoder_input_ids=decoder).logits,
-            "hidden": base(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                           decoder_input_ids=decoder).last_hidden_state,
+            "ids": batch["input_ids"],
+            "mask": batch["attention_mask"],
+            "dec": decoder,
+            "logits": model(
+                input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], decoder_input_ids=decoder
+            ).logits,
+            "hidden": base(
+                input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], decoder_input_ids=decoder
+            ).last_hidden_state,
             "generated": model.generate(**batch),  # the shipped generation config: beam 4, length penalty 0.6
         }
-        texts = [tokenizer.decode(model.generate(**tokenizer(s, return_tensors="pt"))[0], skip_special_tokens=True)
-                 for s in sources]
+        texts = [
+            tokenizer.decode(model.generate(**tokenizer(s, return_tensors="pt"))[0], skip_special_tokens=True)
+            for s in sources
+        ]
     path = tmp_path_factory.mktemp("reference") / "expected.safetensors"
     save_file({k: v.contiguous() for k, v in tensors.items()}, str(path))
     return {"path": path, "tensors": tensors, "sources": sources, "texts": texts}
@@ -137,8 +196,10 @@ def test_trainer_commits_during_and_at_the_end_then_push_run(run):
     api = HfApi()
     commits = api.list_repo_commits(run["repo"])  # newest first
     assert [c.title for c in commits] == [
-        DEFAULT_COMMIT_MESSAGE, "Model save",  # push_run; the Trainer's push at the end (train.py's save_model)
-        *[f"Training in progress, step {s}" for s in range(STEPS, 0, -SAVE_STEPS)], "initial commit",
+        DEFAULT_COMMIT_MESSAGE,
+        "Model save",  # push_run; the Trainer's push at the end (train.py's save_model)
+        *[f"Training in progress, step {s}" for s in range(STEPS, 0, -SAVE_STEPS)],
+        "initial commit",
     ]
     # The last commit is push_run's, and train.py reports it.
     assert run["results"]["hub_commit"].endswith("/commit/" + commits[0].commit_id)
@@ -157,9 +218,16 @@ def test_trainer_commits_during_and_at_the_end_then_push_run(run):
 def test_prune_deletes_only_training_files(run, hub, tmp_path):
     api = HfApi()
     repo = api.create_repo(f"{hub.user}/{unique('prune')}").repo_id
-    junk = ["runs/Nov21_10-00-00_host/events.out.tfevents.1.host.1.0", "checkpoint-50/optimizer.pt",
-            "last-checkpoint/scheduler.pt", "training_args.bin", "trainer_state.json", "test.hyp.de",
-            "all_results.json", "pytorch_model.bin"]
+    junk = [
+        "runs/Nov21_10-00-00_host/events.out.tfevents.1.host.1.0",
+        "checkpoint-50/optimizer.pt",
+        "last-checkpoint/scheduler.pt",
+        "training_args.bin",
+        "trainer_state.json",
+        "test.hyp.de",
+        "all_results.json",
+        "pytorch_model.bin",
+    ]
     for path in [*junk, "NOTES.md"]:
         api.upload_file(path_or_fileobj=b"x", path_in_repo=path, repo_id=repo)
     published = EXPECTED_FILES | set(run["results"]["plots"])
@@ -235,8 +303,9 @@ def test_card_metadata_parses_and_its_bleu_is_the_runs(run):
 def test_card_without_results(run, hub, tmp_path):
     # A save_pretrained directory with its tokenizer but no results.json (e.g. before evaluation).
     plain = tmp_path / "plain"
-    shutil.copytree(run["out"], plain, ignore=shutil.ignore_patterns("checkpoint-*", "results.json", "README.md",
-                                                                      "*.png"))
+    shutil.copytree(
+        run["out"], plain, ignore=shutil.ignore_patterns("checkpoint-*", "results.json", "README.md", "*.png")
+    )
     repo = f"{hub.user}/{unique('no-results')}"
     push_run(plain, repo)
     card = ModelCard.load(repo)
@@ -329,16 +398,26 @@ def remote_user(online, run, reference, tmp_path_factory):
         """
     )
     env = {**online.client_env(home / "hf_home"), "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    result = subprocess.run([sys.executable, "-I", "-c", script], cwd=home, env=env, stdin=subprocess.DEVNULL,
-                            capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-I", "-c", script],
+        cwd=home,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     return json.loads(result.stdout.split("@@report@@")[-1])
 
 
 def test_remote_code_loads_where_the_package_is_not_installed(remote_user):
     assert remote_user["vanilla_modules"] == []
-    for key, cls in (("config", "VanillaTransformerConfig"), ("base", "VanillaTransformerModel"),
-                     ("model", "VanillaTransformerForConditionalGeneration")):
+    for key, cls in (
+        ("config", "VanillaTransformerConfig"),
+        ("base", "VanillaTransformerModel"),
+        ("model", "VanillaTransformerForConditionalGeneration"),
+    ):
         assert remote_user[key].startswith("transformers_modules.") and remote_user[key].endswith("." + cls)
     assert remote_user["hidden_equal"]
     assert remote_user["logits_equal"], remote_user["logits_max_diff"]
@@ -373,13 +452,32 @@ def test_translate_command_from_the_hub_on_a_private_branch(run, hub, tmp_path):
 
     sources = read_multi30k(f"{TEST_SPLIT}.en.gz", 4)
     (tmp_path / "in.en").write_text("\n".join(sources) + "\n", encoding="utf-8")
-    status = cli_main(["translate", "--model", repo, "--revision", "dev", "--input", str(tmp_path / "in.en"),
-                       "--output", str(tmp_path / "out.de"), "--beams", "1", "--device", "cpu"])
+    status = cli_main(
+        [
+            "translate",
+            "--model",
+            repo,
+            "--revision",
+            "dev",
+            "--input",
+            str(tmp_path / "in.en"),
+            "--output",
+            str(tmp_path / "out.de"),
+            "--beams",
+            "1",
+            "--device",
+            "cpu",
+        ]
+    )
     assert status == 0
     model = VanillaTransformerForConditionalGeneration.from_pretrained(run["out"]).eval()
     tokenizer = AutoTokenizer.from_pretrained(run["out"])
-    want = [tokenizer.decode(model.generate(**tokenizer(s, return_tensors="pt"), num_beams=1)[0],
-                             skip_special_tokens=True).strip() for s in sources]
+    want = [
+        tokenizer.decode(
+            model.generate(**tokenizer(s, return_tensors="pt"), num_beams=1)[0], skip_special_tokens=True
+        ).strip()
+        for s in sources
+    ]
     assert (tmp_path / "out.de").read_text(encoding="utf-8").splitlines() == want
 
 
@@ -438,8 +536,17 @@ def test_train_py_checks_the_token_before_training(hub, data_dir, tmp_path):
     train = load_train_py()
     start = time.monotonic()
     with pytest.raises(ValueError, match="invalid or expired"):
-        train.main(train_args(data_dir, tmp_path / "out", "--push_to_hub", "--hub_model_id", "tester/never",
-                              "--hub_token", "hf_not_a_valid_token"))
+        train.main(
+            train_args(
+                data_dir,
+                tmp_path / "out",
+                "--push_to_hub",
+                "--hub_model_id",
+                "tester/never",
+                "--hub_token",
+                "hf_not_a_valid_token",
+            )
+        )
     assert time.monotonic() - start < 10
     assert not (tmp_path / "out" / "tokenizer").exists() and not list((tmp_path / "out").glob("checkpoint-*"))
 
@@ -449,8 +556,11 @@ def test_offline_client_read_only_token_and_bad_repo_id(monkeypatch):
     with pytest.raises(ValueError, match="offline mode"):
         check_hub_access("tester/model")
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
-    monkeypatch.setattr(HfApi, "whoami", lambda self, token=None, **kw: {
-        "name": "tester", "orgs": [], "auth": {"accessToken": {"role": "read"}}})
+    monkeypatch.setattr(
+        HfApi,
+        "whoami",
+        lambda self, token=None, **kw: {"name": "tester", "orgs": [], "auth": {"accessToken": {"role": "read"}}},
+    )
     with pytest.raises(ValueError, match="is read-only"):
         check_hub_access("tester/model")
     with pytest.raises(ValueError, match=r"`repo_id`='a/b/c' is not a Hub model id"):
@@ -459,7 +569,8 @@ def test_offline_client_read_only_token_and_bad_repo_id(monkeypatch):
 
 def test_incomplete_directories_are_refused_before_any_network_call(run, tmp_path):
     assert set(files_to_push(run["out"])) == EXPECTED_FILES - {".gitattributes", "README.md"} | set(
-        run["results"]["plots"])
+        run["results"]["plots"]
+    )
     cases = {
         "tokenizer.json": "has no tokenizer",
         "model.safetensors": "has no model.safetensors",

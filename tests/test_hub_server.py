@@ -23,8 +23,8 @@ import uuid
 from pathlib import Path
 
 import pytest
-
 from support.hub_server import HOST, LFS_SIZE_THRESHOLD, LoopbackHub
+
 
 TESTS_DIR = Path(__file__).resolve().parent
 
@@ -52,13 +52,15 @@ def catch(fn):
 
 @pytest.fixture(scope="module")
 def server():
-    with LoopbackHub(tokens={"hf_valid_tester": "tester", "hf_valid_other": "other"},
-                     orgs={"test-org": ["tester"]}) as hub:
+    with LoopbackHub(
+        tokens={"hf_valid_tester": "tester", "hf_valid_other": "other"}, orgs={"test-org": ["tester"]}
+    ) as hub:
         yield hub
 
 
-def run_client(hub: LoopbackHub, tmp_path: Path, *snippets: str, xet: bool = False, timeout: float = 180,
-               **args) -> dict:
+def run_client(
+    hub: LoopbackHub, tmp_path: Path, *snippets: str, xet: bool = False, timeout: float = 180, **args
+) -> dict:
     """Run the code `snippets` in a fresh interpreter pointed at `hub` (fresh HF_HOME); return its `R` dict."""
     hf_home = tmp_path / f"hf_home_{uuid.uuid4().hex[:8]}"
     env = hub.client_env(hf_home)
@@ -66,12 +68,15 @@ def run_client(hub: LoopbackHub, tmp_path: Path, *snippets: str, xet: bool = Fal
         env.pop("HF_HUB_DISABLE_XET")
     env["CLIENT_ARGS"] = json.dumps(args)
     script = "\n".join([CLIENT_PRELUDE, *map(textwrap.dedent, snippets), "print(json.dumps(R))"])
-    proc = subprocess.run([sys.executable, "-c", script], env=env, cwd=tmp_path, capture_output=True, text=True,
-                          timeout=timeout)
+    proc = subprocess.run(
+        [sys.executable, "-c", script], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=timeout
+    )
     if proc.returncode != 0:
         requests = "\n".join(f"  {q.server} {q.method} {q.status} {q.path}" for q in hub.requests[-30:])
-        pytest.fail(f"client process failed (rc={proc.returncode}):\n{proc.stderr[-6000:]}\n"
-                    f"last requests the hub answered:\n{requests}")
+        pytest.fail(
+            f"client process failed (rc={proc.returncode}):\n{proc.stderr[-6000:]}\n"
+            f"last requests the hub answered:\n{requests}"
+        )
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
@@ -100,7 +105,10 @@ def stored_bytes(hub: LoopbackHub, entry) -> bytes:
 
 def test_tokens_namespaces_and_auth_errors(server, tmp_path):
     mine, foreign, org = f"tester/{unique('auth')}", f"other/{unique('auth')}", f"test-org/{unique('auth')}"
-    r = run_client(server, tmp_path, """
+    r = run_client(
+        server,
+        tmp_path,
+        """
         from huggingface_hub import HfApi, hf_hub_download
         api = HfApi()  # HF_TOKEN = the tester's token
         R["whoami"] = api.whoami()["name"]
@@ -122,7 +130,11 @@ def test_tokens_namespaces_and_auth_errors(server, tmp_path):
                                                              repo_id=ARGS["mine"], token=False))
         R["download_wrong_token"] = catch(lambda: hf_hub_download(ARGS["mine"], ".gitattributes", token="hf_wrong"))
         R["download_anonymous"] = os.path.basename(hf_hub_download(ARGS["mine"], ".gitattributes", token=False))
-    """, mine=mine, foreign=foreign, org=org)
+    """,
+        mine=mine,
+        foreign=foreign,
+        org=org,
+    )
 
     assert r["whoami"] == "tester" and r["whoami_orgs"] == ["test-org"]
     assert r["whoami_wrong"]["status"] == 401 and "HfHubHTTPError" in r["whoami_wrong"]["mro"]
@@ -145,7 +157,10 @@ def test_tokens_namespaces_and_auth_errors(server, tmp_path):
 
 def test_private_repo_is_invisible_without_access(server, tmp_path):
     repo = f"tester/{unique('private')}"
-    r = run_client(server, tmp_path, """
+    r = run_client(
+        server,
+        tmp_path,
+        """
         import tempfile
         from huggingface_hub import HfApi, hf_hub_download
         api = HfApi()
@@ -162,11 +177,17 @@ def test_private_repo_is_invisible_without_access(server, tmp_path):
         R["missing_revision"] = catch(lambda: hf_hub_download(ARGS["repo"], "secret.txt", revision="nope"))
         api.update_repo_settings(ARGS["repo"], private=False)
         R["public_now"] = api.model_info(ARGS["repo"], token=False).private
-    """, repo=repo)
+    """,
+        repo=repo,
+    )
 
     assert r["owner_private"] is True and r["owner_reads"] == "secret"
-    for key, status in (("anonymous_info", 401), ("anonymous_download", 401), ("other_user_info", 404),
-                        ("missing_repo", 404)):
+    for key, status in (
+        ("anonymous_info", 401),
+        ("anonymous_download", 401),
+        ("other_user_info", 404),
+        ("missing_repo", 404),
+    ):
         assert "RepositoryNotFoundError" in r[key]["mro"], key
         assert r[key]["status"] == status, key
     assert "EntryNotFoundError" in r["missing_file"]["mro"]
@@ -213,11 +234,19 @@ def test_upload_folder_lfs_rules_and_byte_identical_downloads(server, tmp_path):
     folder = tmp_path / "folder"
     files = _write_folder(folder)
     start = len(server.requests)
-    r = run_client(server, tmp_path, """
+    r = run_client(
+        server,
+        tmp_path,
+        """
         from huggingface_hub import HfApi
         HfApi().create_repo(ARGS["repo"])
         R["commit"] = HfApi().upload_folder(repo_id=ARGS["repo"], folder_path=ARGS["folder"]).oid
-    """, DOWNLOAD_ALL, repo=repo, folder=str(folder), paths=sorted(files))
+    """,
+        DOWNLOAD_ALL,
+        repo=repo,
+        folder=str(folder),
+        paths=sorted(files),
+    )
 
     expected = {path: sha256(data) for path, data in files.items()}
     assert r["single"] == expected
@@ -252,13 +281,22 @@ def test_upload_folder_with_xet_client_and_inline_files(server, tmp_path, monkey
         (folder / path).write_bytes(data)
     monkeypatch.setattr(server, "lfs_mode", "never")
     start = len(server.requests)
-    r = run_client(server, tmp_path, """
+    r = run_client(
+        server,
+        tmp_path,
+        """
         from huggingface_hub import HfApi
         from huggingface_hub.utils._runtime import is_xet_available
         R["xet"] = is_xet_available()
         HfApi().create_repo(ARGS["repo"])
         HfApi().upload_folder(repo_id=ARGS["repo"], folder_path=ARGS["folder"])
-    """, DOWNLOAD_ALL, xet=True, repo=repo, folder=str(folder), paths=sorted(files))
+    """,
+        DOWNLOAD_ALL,
+        xet=True,
+        repo=repo,
+        folder=str(folder),
+        paths=sorted(files),
+    )
 
     assert r["xet"] is True
     assert r["single"] == {path: sha256(data) for path, data in files.items()}
@@ -272,13 +310,19 @@ def test_multipart_lfs_upload(server, tmp_path, monkeypatch):
     (tmp_path / "big.bin").write_bytes(data)
     monkeypatch.setattr(server, "multipart_chunk_size", 1_000_000)
     start = len(server.requests)
-    r = run_client(server, tmp_path, """
+    r = run_client(
+        server,
+        tmp_path,
+        """
         from huggingface_hub import HfApi, hf_hub_download
         api = HfApi()
         api.create_repo(ARGS["repo"])
         api.upload_file(path_or_fileobj=ARGS["file"], path_in_repo="big.bin", repo_id=ARGS["repo"])
         R["sha"] = sha256(hf_hub_download(ARGS["repo"], "big.bin"))
-    """, repo=repo, file=str(tmp_path / "big.bin"))
+    """,
+        repo=repo,
+        file=str(tmp_path / "big.bin"),
+    )
 
     assert r["sha"] == sha256(data)
     log = server.requests[start:]
@@ -293,7 +337,10 @@ def test_branches_tags_pull_requests_and_pagination(server, tmp_path, monkeypatc
     repo = f"tester/{unique('revisions')}"
     monkeypatch.setattr(server, "page_size", 2)  # listings span several pages: the client must follow `Link`
     start = len(server.requests)
-    r = run_client(server, tmp_path, """
+    r = run_client(
+        server,
+        tmp_path,
+        """
         from huggingface_hub import HfApi, hf_hub_download
         api = HfApi()
         repo = ARGS["repo"]
@@ -326,15 +373,21 @@ def test_branches_tags_pull_requests_and_pagination(server, tmp_path, monkeypatc
         R["pr_read"], R["main_after_pr"] = read("a.txt", pr.pr_revision), read("a.txt")
         api.delete_file("dir/dev_only.txt", repo, revision="dev")
         R["deleted"] = catch(lambda: hf_hub_download(repo, "dir/dev_only.txt", revision="dev", force_download=True))
-    """, repo=repo)
+    """,
+        repo=repo,
+    )
 
     assert r["branch_again"]["status"] == 409
     assert (r["main_a"], r["dev_a"]) == ("main v1", "dev v2")
     assert "EntryNotFoundError" in r["dev_only_on_main"]["mro"]
     assert r["commit_sha_read"] == r["tag_read"] == "main v1"
     assert r["branches"] == ["dev", "main"] and r["tags"] == ["v1"]
-    assert r["dev_titles"] == ["Upload dir/dev_only.txt with huggingface_hub", "change a on dev",
-                               "Upload a.txt with huggingface_hub", "initial commit"]
+    assert r["dev_titles"] == [
+        "Upload dir/dev_only.txt with huggingface_hub",
+        "change a on dev",
+        "Upload a.txt with huggingface_hub",
+        "initial commit",
+    ]
     assert r["dev_tree"] == [".gitattributes", "a.txt", "dir", "dir/dev_only.txt"]
     assert r["dev_paths_info"] == ["a.txt", "dir"]
     assert r["stale_parent"]["status"] == 412
@@ -356,7 +409,10 @@ def test_marian_push_to_hub_and_from_pretrained(server, tmp_path):
     repo = f"tester/{unique('marian')}"
     out = tmp_path / "out"
     out.mkdir()
-    r = run_client(server, tmp_path, """
+    r = run_client(
+        server,
+        tmp_path,
+        """
         import tempfile
         import torch
         from safetensors.torch import save_file
@@ -396,7 +452,10 @@ def test_marian_push_to_hub_and_from_pretrained(server, tmp_path):
         info = HfApi().model_info(repo)
         R["card_library"] = info.card_data.library_name
         R["config_model_type"] = info.config["model_type"]
-    """, out=str(out), repo=repo)
+    """,
+        out=str(out),
+        repo=repo,
+    )
 
     assert r["auto_class"] == "MarianMTModel"
     assert r["card_library"] == "transformers" and r["config_model_type"] == "marian"
@@ -409,15 +468,18 @@ def test_marian_push_to_hub_and_from_pretrained(server, tmp_path):
 
     assert_same("pushed_main", "loaded_main")
     assert_same("pushed_dev", "loaded_dev")
-    assert not torch.equal(load_file(out / "pushed_main.safetensors")["__logits__"],
-                           load_file(out / "pushed_dev.safetensors")["__logits__"])
+    assert not torch.equal(
+        load_file(out / "pushed_main.safetensors")["__logits__"],
+        load_file(out / "pushed_dev.safetensors")["__logits__"],
+    )
     # After the branch push, main still holds what save_pretrained wrote locally (weights stored as LFS).
     files = head_files(server, repo)
     assert {"config.json", "generation_config.json", "model.safetensors", "README.md", ".gitattributes"} <= set(files)
     assert files["model.safetensors"].lfs_oid == sha256((out / "local_main" / "model.safetensors").read_bytes())
     assert head_files(server, repo, "dev")["model.safetensors"].lfs_oid != files["model.safetensors"].lfs_oid
     assert json.loads(stored_bytes(server, files["config.json"])) == json.loads(
-        (out / "local_main" / "config.json").read_text())
+        (out / "local_main" / "config.json").read_text()
+    )
     with server.state.lock:
         repo_state = server.state.repos[("model", repo)]
         assert repo_state.branches["main"] == r["commit_main"]
@@ -455,8 +517,11 @@ def test_max_seconds_bounds_the_server():
 
 
 def test_script_mode_prints_endpoint_and_exits_at_its_bound():
-    proc = subprocess.Popen([sys.executable, str(TESTS_DIR / "support" / "hub_server.py"), "--max-seconds", "1"],
-                            stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, str(TESTS_DIR / "support" / "hub_server.py"), "--max-seconds", "1"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         info = json.loads(proc.stdout.readline())
         assert info["user"] == "tester"
@@ -502,8 +567,14 @@ def test_start_session_hub_configures_a_client_imported_after_it(tmp_path):
     """)
     env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
     env["HF_TOKEN"] = "hf_developers_real_token"  # must not leak into the session
-    proc = subprocess.run([sys.executable, "-c", code, str(TESTS_DIR)], env=env, cwd=tmp_path, capture_output=True,
-                          text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(TESTS_DIR)],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["endpoint_ok"] and result["home_ok"] and result["xet_disabled"] and result["offline"]

@@ -7,12 +7,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import sacrebleu
+from helpers import read_multi30k
 from transformers import EvalPrediction
 
-from helpers import read_multi30k
 from vanilla_transformer import metrics
 from vanilla_transformer.metrics import compute_bleu, make_compute_metrics
 from vanilla_transformer.tokenization import train_tokenizer
+
 
 read = read_multi30k  # read(name, n): the first n lines of a Multi30k file
 
@@ -128,8 +129,12 @@ def test_the_papers_scores_are_described_as_tokenized_bleu():
     """The paper's 27.3 / 28.4 are tokenized BLEU with compound splitting (tensor2tensor's get_ende_bleu.sh), not
     sacreBLEU's detokenized BLEU: every text of the project that cites them says so, and none says otherwise."""
     root = Path(__file__).resolve().parents[1]
-    files = [root / "README.md", *(root / "vanilla_transformer").rglob("*.py"),
-             *(root / "vanilla_transformer").rglob("*.md"), *(root / "model_cards").glob("*.md")]
+    files = [
+        root / "README.md",
+        *(root / "vanilla_transformer").rglob("*.py"),
+        *(root / "vanilla_transformer").rglob("*.md"),
+        *(root / "model_cards").glob("*.md"),
+    ]
     citing = 0
     for path in files:
         for paragraph in path.read_text(encoding="utf-8").split("\n\n"):

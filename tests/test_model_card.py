@@ -3,6 +3,7 @@
 import copy
 import json
 import re
+from pathlib import Path
 
 import pytest
 import yaml
@@ -10,6 +11,7 @@ from huggingface_hub import ModelCard
 
 from vanilla_transformer import VanillaTransformerConfig
 from vanilla_transformer.model_card import paper_deviations, render_model_card, write_model_card
+
 
 SIGNATURE = "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0"
 RESULTS = {
@@ -21,7 +23,10 @@ RESULTS = {
         "validation": {"score": 36.9, "signature": SIGNATURE, "split": "val"},
     },
     "training": {
-        "steps": 1200, "epochs": 3.5, "train_runtime_s": 3725.4, "tokens_per_second": 5234.2,
+        "steps": 1200,
+        "epochs": 3.5,
+        "train_runtime_s": 3725.4,
+        "tokens_per_second": 5234.2,
         "hardware": "2-core CPU (no GPU)",
         "hyperparameters": {"learning_rate": 0.0007, "warmup_steps": 4000, "label_smoothing": 0.1},
     },
@@ -45,7 +50,7 @@ def front_matter(text: str) -> dict:
 
 
 def section(text: str, start: str, end: str) -> str:
-    return text[text.index(start):text.index(end)]
+    return text[text.index(start) : text.index(end)]
 
 
 def test_metadata_parses_back_and_model_index_equals_results(tmp_path):
@@ -66,12 +71,15 @@ def test_metadata_parses_back_and_model_index_equals_results(tmp_path):
     assert scores == {entry["split"]: entry["score"] for entry in RESULTS["bleu"].values()}
     assert {r.metric_args["signature"] for r in data.eval_results} == {SIGNATURE}
     assert {(r.task_type, r.metric_type, r.dataset_type) for r in data.eval_results} == {
-        ("translation", "bleu", "bentrevett/multi30k")}
+        ("translation", "bleu", "bentrevett/multi30k")
+    }
 
-    raw = front_matter(open(path, encoding="utf-8").read())
+    raw = front_matter(Path(path).read_text(encoding="utf-8"))
     (index,) = raw["model-index"]
-    raw_scores = {r["dataset"]["split"]: (r["metrics"][0]["value"], r["metrics"][0]["args"]["signature"])
-                  for r in index["results"]}
+    raw_scores = {
+        r["dataset"]["split"]: (r["metrics"][0]["value"], r["metrics"][0]["args"]["signature"])
+        for r in index["results"]
+    }
     assert raw_scores == {"test_2016_flickr": (35.2137, SIGNATURE), "val": (36.9, SIGNATURE)}
 
 
@@ -95,7 +103,9 @@ def test_deviations_from_the_paper_are_listed():
 
     paper = render_model_card(tiny_config(), RESULTS, REPO).content
     differences = section(paper, "**Differences", "## How to use")
-    assert not re.search(r"^- `", differences, re.M) and "every architectural flag has the paper's value" in differences
+    assert (
+        not re.search(r"^- `", differences, re.M) and "every architectural flag has the paper's value" in differences
+    )
 
 
 def model_table(text: str) -> dict[str, tuple[str, str]]:
@@ -129,8 +139,15 @@ def test_preset_and_sizes():
 
 
 def test_attention_figure_section():
-    figure = {"file": "attention.png", "layer": 1, "layers": 3, "num_beams": 4, "source": "A man sleeps.",
-              "split": "val", "translation": "Ein Mann schläft."}
+    figure = {
+        "file": "attention.png",
+        "layer": 1,
+        "layers": 3,
+        "num_beams": 4,
+        "source": "A man sleeps.",
+        "split": "val",
+        "translation": "Ein Mann schläft.",
+    }
     text = render_model_card(tiny_config(), {**RESULTS, "attention_figure": figure}, REPO).content
     assert "![Cross-attention of decoder layer 1](attention.png)" in text
     assert 'the sentence "A man sleeps." (from the val split)' in text and '"Ein Mann schläft." (beam 4)' in text
@@ -180,17 +197,20 @@ def _broken(**changes):
     return results
 
 
-@pytest.mark.parametrize("results, named", [
-    (_broken(src_lang=KeyError), "src_lang"),
-    (_broken(tgt_lang="German"), "tgt_lang"),
-    (_broken(bleu={}), "bleu"),
-    (_broken(**{"bleu.test.score": "35"}), "score"),
-    (_broken(**{"bleu.test.score": 135.0}), "score"),
-    (_broken(**{"bleu.test.signature": KeyError}), "signature"),
-    (_broken(training=[1, 2]), "training"),
-    (_broken(attention_figure="attention.png"), "attention_figure"),
-    (["not", "a", "dict"], "results"),
-])
+@pytest.mark.parametrize(
+    "results, named",
+    [
+        (_broken(src_lang=KeyError), "src_lang"),
+        (_broken(tgt_lang="German"), "tgt_lang"),
+        (_broken(bleu={}), "bleu"),
+        (_broken(**{"bleu.test.score": "35"}), "score"),
+        (_broken(**{"bleu.test.score": 135.0}), "score"),
+        (_broken(**{"bleu.test.signature": KeyError}), "signature"),
+        (_broken(training=[1, 2]), "training"),
+        (_broken(attention_figure="attention.png"), "attention_figure"),
+        (["not", "a", "dict"], "results"),
+    ],
+)
 def test_bad_results_raise_value_errors_naming_the_key(results, named):
     with pytest.raises(ValueError, match=named):
         render_model_card(tiny_config(), results, REPO)

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from helpers import subprocess_env
 
+
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "vanilla_transformer"
 
@@ -27,7 +28,8 @@ PACKAGE = ROOT / "vanilla_transformer"
 def package_files() -> set[str]:
     """Every file of the package directory, as wheel paths (`vanilla_transformer/...`), caches excluded."""
     return {
-        path.relative_to(ROOT).as_posix() for path in PACKAGE.rglob("*")
+        path.relative_to(ROOT).as_posix()
+        for path in PACKAGE.rglob("*")
         if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc"
     }
 
@@ -48,9 +50,24 @@ def wheel(tmp_path_factory) -> Path:
         shutil.copy(ROOT / name, src / name)
     shutil.copytree(PACKAGE, src / PACKAGE.name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-q",
-         "--disable-pip-version-check", "-w", str(tmp / "dist"), str(src)],
-        check=True, capture_output=True, text=True, cwd=tmp,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "-q",
+            "--disable-pip-version-check",
+            "-w",
+            str(tmp / "dist"),
+            str(src),
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+        cwd=tmp,
     )
     (path,) = (tmp / "dist").glob("vanilla_transformer-*.whl")
     return path
@@ -142,16 +159,35 @@ def fresh_env(wheel, tmp_path_factory) -> Path:
     venv = tmp_path_factory.mktemp("venv") / "env"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     python = venv / ("Scripts/python.exe" if sys.platform == "win32" else "bin/python")
-    site_packages = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-                                        check=True, capture_output=True, text=True).stdout.strip())
+    site_packages = Path(
+        subprocess.run(
+            [str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+    )
     # Only the directories are added: .pth files in them (this environment's editable install of the package) are
     # not processed, so the package can only come from the wheel.
     ours = {sysconfig.get_path("purelib"), sysconfig.get_path("platlib")}
     (site_packages / "borrowed_dependencies.pth").write_text("\n".join(sorted(ours)) + "\n")
     subprocess.run(
-        [sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "--no-index", "-q",
-         "--disable-pip-version-check", str(wheel)],
-        check=True, capture_output=True, text=True,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(python),
+            "install",
+            "--no-deps",
+            "--no-index",
+            "-q",
+            "--disable-pip-version-check",
+            str(wheel),
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
     )
     return python
 
@@ -160,13 +196,19 @@ def test_installed_wheel_writes_a_model_card_outside_the_repository(fresh_env, t
     work = tmp_path / "elsewhere"
     work.mkdir()
     env = subprocess_env(PYTHONPATH="")  # nothing from the checkout on the path
-    result = subprocess.run([str(fresh_env), "-c", SCRIPT], cwd=work, env=env, capture_output=True, text=True,
-                            timeout=300)
+    result = subprocess.run(
+        [str(fresh_env), "-c", SCRIPT], cwd=work, env=env, capture_output=True, text=True, timeout=300
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(result.stdout.strip().splitlines()[-1])
     venv_root = fresh_env.parent.parent
     assert Path(report["package"]).is_relative_to(venv_root), report["package"]  # the wheel's copy, not the checkout
     assert not Path(report["package"]).is_relative_to(ROOT)
-    assert {"README.md", "model.safetensors", "tokenizer.json", "modeling_vanilla_transformer.py",
-            "configuration_vanilla_transformer.py"} <= set(report["files"])
+    assert {
+        "README.md",
+        "model.safetensors",
+        "tokenizer.json",
+        "modeling_vanilla_transformer.py",
+        "configuration_vanilla_transformer.py",
+    } <= set(report["files"])
     assert report["card_bleu"] == report["bleu"] and "tok:13a" in report["signature"]

@@ -4,7 +4,6 @@ list inputs, batching with the tokenizer's pad id, generation kwargs, truncation
 
 import copy
 import json
-import os
 import subprocess
 import sys
 import textwrap
@@ -12,16 +11,18 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import BLOCK_PACKAGE, read_multi30k, subprocess_env
 from transformers import AutoModelForSeq2SeqLM, pipeline
 from transformers.dynamic_module_utils import get_imports, get_relative_imports
 from transformers.pipelines import clean_custom_task
 
-from helpers import BLOCK_PACKAGE, read_multi30k, subprocess_env
-from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
-from vanilla_transformer import pipeline_vanilla_transformer
+from vanilla_transformer import (
+    VanillaTransformerConfig,
+    VanillaTransformerForConditionalGeneration,
+    pipeline_vanilla_transformer,
+)
 from vanilla_transformer.pipeline_vanilla_transformer import CUSTOM_PIPELINES, TranslationPipeline
 from vanilla_transformer.tokenization import train_tokenizer
-
 
 
 # Three real sentences of different lengths, so that a batch of them needs padding.
@@ -40,8 +41,16 @@ def tokenizer():
 def tiny_model(tokenizer, seed=0):
     torch.manual_seed(seed)
     config = VanillaTransformerConfig(
-        vocab_size=len(tokenizer), d_model=32, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
-        decoder_attention_heads=2, encoder_ffn_dim=64, decoder_ffn_dim=64, dropout=0.0, max_position_embeddings=64,
+        vocab_size=len(tokenizer),
+        d_model=32,
+        encoder_layers=1,
+        decoder_layers=1,
+        encoder_attention_heads=2,
+        decoder_attention_heads=2,
+        encoder_ffn_dim=64,
+        decoder_ffn_dim=64,
+        dropout=0.0,
+        max_position_embeddings=64,
         # Untied: a random *tied* model keeps predicting the token whose embedding is closest to its last input,
         # whatever the source, and then a batching test could not fail (see test_outputs_depend_on_the_source).
         tie_word_embeddings=False,
@@ -201,8 +210,15 @@ def test_pipeline_and_translate_cut_inputs_alike(tokenizer, monkeypatch, positio
 
     torch.manual_seed(0)
     config = VanillaTransformerConfig(
-        vocab_size=len(tokenizer), d_model=16, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
-        decoder_attention_heads=2, encoder_ffn_dim=32, decoder_ffn_dim=32, max_position_embeddings=24,
+        vocab_size=len(tokenizer),
+        d_model=16,
+        encoder_layers=1,
+        decoder_layers=1,
+        encoder_attention_heads=2,
+        decoder_attention_heads=2,
+        encoder_ffn_dim=32,
+        decoder_ffn_dim=32,
+        max_position_embeddings=24,
         position_embedding_type=positions,
     )
     model = VanillaTransformerForConditionalGeneration(config).eval()
@@ -247,8 +263,12 @@ def test_pipeline_file_imports_only_torch_and_transformers():
 
 def test_in_memory_model_with_pipeline_function(model, tokenizer):
     pipe = pipeline(
-        "translation", model=model, config=model.config, tokenizer=tokenizer,
-        pipeline_class=TranslationPipeline, device="cpu",
+        "translation",
+        model=model,
+        config=model.config,
+        tokenizer=tokenizer,
+        pipeline_class=TranslationPipeline,
+        device="cpu",
     )
     assert isinstance(pipe, TranslationPipeline)
     assert pipe(SOURCES[0], num_beams=1) == TranslationPipeline(model=model, tokenizer=tokenizer, device="cpu")(

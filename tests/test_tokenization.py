@@ -4,16 +4,14 @@ round trips (umlauts, accents, quotes, numbers, spaces), byte fallback, saving a
 
 import json
 import logging
-import os
 import subprocess
 import sys
 import textwrap
 import unicodedata
-from pathlib import Path
 
 import pytest
-
 from helpers import BLOCK_PACKAGE, read_multi30k, subprocess_env
+
 from vanilla_transformer import VanillaTransformerConfig
 from vanilla_transformer.tokenization import (
     SPECIAL_TOKENS,
@@ -21,6 +19,7 @@ from vanilla_transformer.tokenization import (
     load_tokenizer,
     train_tokenizer,
 )
+
 
 VOCAB_SIZE = 2000
 
@@ -45,7 +44,9 @@ def held_out():
 def test_special_token_ids_match_the_config(tokenizer):
     config = VanillaTransformerConfig()
     assert tokenizer.convert_tokens_to_ids(SPECIAL_TOKENS) == [0, 1, 2, 3]
-    assert (tokenizer.pad_token, tokenizer.bos_token, tokenizer.eos_token, tokenizer.unk_token) == tuple(SPECIAL_TOKENS)
+    assert (tokenizer.pad_token, tokenizer.bos_token, tokenizer.eos_token, tokenizer.unk_token) == tuple(
+        SPECIAL_TOKENS
+    )
     assert tokenizer.pad_token_id == config.pad_token_id == 0
     assert tokenizer.bos_token_id == config.bos_token_id == config.decoder_start_token_id == 1
     assert tokenizer.eos_token_id == config.eos_token_id == 2
@@ -143,7 +144,7 @@ def test_decode_is_exact_for_spaces_and_unseen_characters(tokenizer, text):
 def test_unseen_character_is_spelled_in_utf8_bytes(tokenizer):
     ids = tokenizer("☃", add_special_tokens=False)["input_ids"]
     # Independent computation: the UTF-8 bytes of U+2603, each byte b as token id 4 + b.
-    assert ids[-3:] == [4 + b for b in "☃".encode("utf-8")]
+    assert ids[-3:] == [4 + b for b in "☃".encode()]
 
 
 def test_nfc_normalization(tokenizer):
@@ -154,6 +155,7 @@ def test_nfc_normalization(tokenizer):
 
 
 # --- saving and loading --------------------------------------------------------------------------------------------
+
 
 def test_save_and_load_with_autotokenizer_in_a_process_without_the_package(tokenizer, held_out, tmp_path):
     save_dir = tmp_path / "tok"

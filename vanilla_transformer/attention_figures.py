@@ -42,6 +42,7 @@ from dataclasses import dataclass
 
 import torch
 
+
 logger = logging.getLogger(__name__)
 
 KINDS = ("cross", "encoder", "decoder")
@@ -89,7 +90,7 @@ def token_labels(tokenizer, ids) -> list[str]:
         if int(token_id) in special or marker is None:
             labels.append(piece)
         elif piece.startswith(marker):
-            labels.append(piece[len(marker):] or marker)
+            labels.append(piece[len(marker) :] or marker)
         else:
             labels.append(CONTINUATION + piece)
     return labels
@@ -106,8 +107,9 @@ def source_limit(model, tokenizer) -> int:
 
 
 @torch.no_grad()
-def attention_weights(model, tokenizer, source: str, target: str | None = None, *, num_beams: int = 4,
-                      max_new_tokens: int | None = None) -> AttentionWeights:
+def attention_weights(
+    model, tokenizer, source: str, target: str | None = None, *, num_beams: int = 4, max_new_tokens: int | None = None
+) -> AttentionWeights:
     """The encoder, decoder and cross-attention weights of `model` for `source` and its translation.
 
     Args:
@@ -131,8 +133,10 @@ def attention_weights(model, tokenizer, source: str, target: str | None = None, 
     limit = source_limit(model, tokenizer)
     source_ids = tokenizer(source)["input_ids"]
     if len(source_ids) > limit:
-        raise ValueError(f"`source` has {len(source_ids)} tokens (</s> included) but the model takes at most {limit}: "
-                         f"pass a shorter sentence.")
+        raise ValueError(
+            f"`source` has {len(source_ids)} tokens (</s> included) but the model takes at most {limit}: "
+            f"pass a shorter sentence."
+        )
     start = model.config.decoder_start_token_id
     if start is None:
         start = model.generation_config.decoder_start_token_id
@@ -153,24 +157,33 @@ def attention_weights(model, tokenizer, source: str, target: str | None = None, 
         else:
             target_ids = tokenizer(text_target=target)["input_ids"]
         if len(target_ids) > limit:
-            raise ValueError(f"`target` has {len(target_ids)} tokens (</s> included) but the model takes at most "
-                             f"{limit}: pass a shorter translation.")
+            raise ValueError(
+                f"`target` has {len(target_ids)} tokens (</s> included) but the model takes at most "
+                f"{limit}: pass a shorter translation."
+            )
         decoder_input_ids = [start] + target_ids[:-1]  # "shifted right" (section 3.1)
         outputs = _forward_with_weights(model, input_ids, torch.tensor([decoder_input_ids], device=device))
     finally:
         model.train(was_training)
     weights = {}
-    for kind, name in (("encoder", "encoder_attentions"), ("decoder", "decoder_attentions"),
-                       ("cross", "cross_attentions")):
+    for kind, name in (
+        ("encoder", "encoder_attentions"),
+        ("decoder", "decoder_attentions"),
+        ("cross", "cross_attentions"),
+    ):
         per_layer = getattr(outputs, name, None)
         if not per_layer:
             raise ValueError(f"The model returned no `{name}` with output_attentions=True: it cannot be drawn.")
         weights[kind] = torch.stack([w[0] for w in per_layer]).float().cpu()
     translation = target if target is not None else tokenizer.decode(target_ids, skip_special_tokens=True).strip()
     return AttentionWeights(
-        source=source, translation=translation, generated=target is None,
-        source_tokens=token_labels(tokenizer, source_ids), target_tokens=token_labels(tokenizer, target_ids),
-        decoder_input_tokens=token_labels(tokenizer, decoder_input_ids), **weights,
+        source=source,
+        translation=translation,
+        generated=target is None,
+        source_tokens=token_labels(tokenizer, source_ids),
+        target_tokens=token_labels(tokenizer, target_ids),
+        decoder_input_tokens=token_labels(tokenizer, decoder_input_ids),
+        **weights,
     )
 
 
@@ -179,12 +192,19 @@ def _forward_with_weights(model, input_ids, decoder_input_ids):
     previous = model.config._attn_implementation
     switch = previous != "eager"
     if switch:
-        logger.info("The model uses %r attention, which returns no weights: switched to 'eager' for this call.",
-                    previous)
+        logger.info(
+            "The model uses %r attention, which returns no weights: switched to 'eager' for this call.", previous
+        )
         model.set_attn_implementation("eager")
     try:
-        return model(input_ids=input_ids, attention_mask=torch.ones_like(input_ids),
-                     decoder_input_ids=decoder_input_ids, output_attentions=True, return_dict=True, use_cache=False)
+        return model(
+            input_ids=input_ids,
+            attention_mask=torch.ones_like(input_ids),
+            decoder_input_ids=decoder_input_ids,
+            output_attentions=True,
+            return_dict=True,
+            use_cache=False,
+        )
     finally:
         if switch:
             model.set_attn_implementation(previous)
@@ -204,8 +224,10 @@ def select_layers(weights: torch.Tensor, layer) -> list[int]:
     if layer is None:
         return list(range(count))
     if isinstance(layer, bool) or not isinstance(layer, int) or not -count <= layer < count:
-        raise ValueError(f"`layer` must be None (all layers) or an index in [0, {count}) (negative counts from the "
-                         f"last); the model has {count} layers, got {layer!r}.")
+        raise ValueError(
+            f"`layer` must be None (all layers) or an index in [0, {count}) (negative counts from the "
+            f"last); the model has {count} layers, got {layer!r}."
+        )
     return [layer % count]
 
 
@@ -224,8 +246,10 @@ def select_heads(weights: torch.Tensor, heads) -> list[int]:
     heads = list(heads) if isinstance(heads, Iterable) else [heads]
     bad = [h for h in heads if isinstance(h, bool) or not isinstance(h, int) or not 0 <= h < count]
     if not heads or bad:
-        raise ValueError(f"`heads` must be 'all' or indices in [0, {count}) (this attention has {count} heads), got "
-                         f"{bad if bad else heads!r}.")
+        raise ValueError(
+            f"`heads` must be 'all' or indices in [0, {count}) (this attention has {count} heads), got "
+            f"{bad if bad else heads!r}."
+        )
     return sorted(set(heads))
 
 
@@ -270,8 +294,9 @@ def _draw_heatmaps(figure_class, tensor, layers, heads, source_tokens, target_to
     if len(layers) > 1:
         columns = panels
     else:
-        columns = min(range(1, panels + 1),
-                      key=lambda c: abs(math.log(c * width / (math.ceil(panels / c) * height) / 1.6)))
+        columns = min(
+            range(1, panels + 1), key=lambda c: abs(math.log(c * width / (math.ceil(panels / c) * height) / 1.6))
+        )
     rows = len(layers) * math.ceil(panels / columns)
     fig = figure_class(figsize=(columns * width + 1.0, rows * height + 1.0), layout="constrained")
     axes = fig.subplots(rows, columns, squeeze=False)
@@ -286,8 +311,9 @@ def _draw_heatmaps(figure_class, tensor, layers, heads, source_tokens, target_to
             row = layer_number * math.ceil(panels / columns) + panel // columns
             ax = axes[row, panel % columns]
             ax.set_axis_on()
-            image = ax.imshow(matrix.numpy(), cmap="Blues", vmin=0.0, vmax=1.0, aspect="equal",
-                              interpolation="nearest")
+            image = ax.imshow(
+                matrix.numpy(), cmap="Blues", vmin=0.0, vmax=1.0, aspect="equal", interpolation="nearest"
+            )
             image.set_gid(f"cross/layer={layer_index}/head={gid}")
             ax.set_title(f"layer {layer_index}, {name}", fontsize=9)
             ax.set_xticks(range(len(source_tokens)), source_tokens, rotation=90, fontsize=7)
@@ -338,9 +364,19 @@ def _draw_lines(figure_class, tensor, layers, heads, tokens, kind, lines):
     return fig
 
 
-def attention_figure(model, tokenizer, source: str, target: str | None = None, *, kind: str = "cross",
-                     layer: int | None = None, heads="all", num_beams: int = 4, max_new_tokens: int | None = None,
-                     output=None):
+def attention_figure(
+    model,
+    tokenizer,
+    source: str,
+    target: str | None = None,
+    *,
+    kind: str = "cross",
+    layer: int | None = None,
+    heads="all",
+    num_beams: int = 4,
+    max_new_tokens: int | None = None,
+    output=None,
+):
     """Translate `source` (or take `target`) and draw `kind` attention of `layer` (None = all) for `heads`.
 
     Returns the matplotlib Figure; with `output` (a path such as "cross.png") it is also saved there. Arguments as
@@ -355,5 +391,14 @@ def attention_figure(model, tokenizer, source: str, target: str | None = None, *
     return figure
 
 
-__all__ = ["DPI", "AttentionWeights", "attention_figure", "attention_weights", "draw_attention", "require_matplotlib", "select_heads",
-           "select_layers", "token_labels"]
+__all__ = [
+    "DPI",
+    "AttentionWeights",
+    "attention_figure",
+    "attention_weights",
+    "draw_attention",
+    "require_matplotlib",
+    "select_heads",
+    "select_layers",
+    "token_labels",
+]

@@ -33,6 +33,7 @@ from safetensors.torch import save_file
 
 from .hub import TRAINING_STATE_FILES  # never copied into the average
 
+
 logger = logging.getLogger(__name__)
 
 WEIGHTS_NAME = "model.safetensors"
@@ -102,7 +103,7 @@ def _load_weights(checkpoint: Path) -> dict[str, torch.Tensor]:
     tensors: dict[str, torch.Tensor] = {}
     for path in _weight_files(checkpoint):
         with safe_open(str(path), framework="pt") as handle:
-            for key in handle.keys():
+            for key in handle.keys():  # noqa: SIM118 (a safetensors handle, not a dict: it has no __iter__)
                 tensors[key] = handle.get_tensor(key)
     return tensors
 
@@ -198,8 +199,12 @@ def main(argv: list[str] | None = None) -> int:
         description="Average the weights of the last checkpoints of a training run (paper, section 6.1).",
     )
     parser.add_argument("run_dir", nargs="?", help="the Trainer's output_dir, holding checkpoint-<step> directories")
-    parser.add_argument("--last", type=int, default=5, help="how many of the newest checkpoints (default 5, the "
-                        "paper's base models; 20 for big)")
+    parser.add_argument(
+        "--last",
+        type=int,
+        default=5,
+        help="how many of the newest checkpoints (default 5, the paper's base models; 20 for big)",
+    )
     parser.add_argument("--checkpoints", nargs="+", help="explicit checkpoint directories instead of RUN_DIR --last")
     parser.add_argument("--output", required=True, help="directory to write the averaged model to")
     args = parser.parse_args(argv)

@@ -14,22 +14,41 @@ from dataclasses import field
 from huggingface_hub.dataclasses import strict
 from transformers import PretrainedConfig
 
+
 # Table 3 of the paper. `vocab_size=37000` is the shared BPE vocabulary of the WMT14 EN-DE runs
 # (section 5.1); the parameter counts of Table 3 (65M / 213M) include that embedding once.
 PRESETS = {
     "base": dict(
-        d_model=512, encoder_layers=6, decoder_layers=6, encoder_attention_heads=8, decoder_attention_heads=8,
-        encoder_ffn_dim=2048, decoder_ffn_dim=2048, dropout=0.1,
+        d_model=512,
+        encoder_layers=6,
+        decoder_layers=6,
+        encoder_attention_heads=8,
+        decoder_attention_heads=8,
+        encoder_ffn_dim=2048,
+        decoder_ffn_dim=2048,
+        dropout=0.1,
     ),
     "big": dict(
-        d_model=1024, encoder_layers=6, decoder_layers=6, encoder_attention_heads=16, decoder_attention_heads=16,
-        encoder_ffn_dim=4096, decoder_ffn_dim=4096, dropout=0.3,
+        d_model=1024,
+        encoder_layers=6,
+        decoder_layers=6,
+        encoder_attention_heads=16,
+        decoder_attention_heads=16,
+        encoder_ffn_dim=4096,
+        decoder_ffn_dim=4096,
+        dropout=0.3,
     ),
     # Not in the paper: a model that trains on a 2-core CPU in about an hour (Multi30k). Same
     # architecture, smaller sizes (d_k = d_v = 64 as in the paper).
     "small": dict(
-        d_model=256, encoder_layers=3, decoder_layers=3, encoder_attention_heads=4, decoder_attention_heads=4,
-        encoder_ffn_dim=1024, decoder_ffn_dim=1024, dropout=0.1,
+        d_model=256,
+        encoder_layers=3,
+        decoder_layers=3,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=1024,
+        decoder_ffn_dim=1024,
+        dropout=0.1,
     ),
 }
 
@@ -132,35 +151,46 @@ class VanillaTransformerConfig(PretrainedConfig):
 
     def _check(self):
         # Validation at construction, each error naming the field and the fix.
-        for field in ("vocab_size", "d_model", "encoder_layers", "decoder_layers", "encoder_attention_heads",
-                      "decoder_attention_heads", "encoder_ffn_dim", "decoder_ffn_dim", "max_position_embeddings"):
-            value = getattr(self, field)
+        for name in (
+            "vocab_size",
+            "d_model",
+            "encoder_layers",
+            "decoder_layers",
+            "encoder_attention_heads",
+            "decoder_attention_heads",
+            "encoder_ffn_dim",
+            "decoder_ffn_dim",
+            "max_position_embeddings",
+        ):
+            value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise ValueError(f"`{field}` must be a positive integer, got {value!r}.")
-        for field in ("encoder_attention_heads", "decoder_attention_heads"):
-            heads = getattr(self, field)
+                raise ValueError(f"`{name}` must be a positive integer, got {value!r}.")
+        for name in ("encoder_attention_heads", "decoder_attention_heads"):
+            heads = getattr(self, name)
             if self.d_model % heads:
                 raise ValueError(
-                    f"`d_model` ({self.d_model}) must be divisible by `{field}` ({heads}) so that "
+                    f"`d_model` ({self.d_model}) must be divisible by `{name}` ({heads}) so that "
                     f"d_k = d_v = d_model / h is an integer (section 3.2.2): change one of them."
                 )
-        for field in ("dropout", "attention_dropout", "activation_dropout"):
-            value = getattr(self, field)
+        for name in ("dropout", "attention_dropout", "activation_dropout"):
+            value = getattr(self, name)
             if not 0.0 <= value < 1.0:
-                raise ValueError(f"`{field}` must be in [0, 1), got {value!r}.")
+                raise ValueError(f"`{name}` must be in [0, 1), got {value!r}.")
         if self.position_embedding_type not in ("sinusoidal", "learned"):
             raise ValueError(
                 f"`position_embedding_type` must be 'sinusoidal' (paper) or 'learned', got {self.position_embedding_type!r}."
             )
         if self.activation_function not in ("relu", "gelu", "silu", "swish", "gelu_new"):
-            raise ValueError(f"`activation_function` {self.activation_function!r} is not supported; the paper's is 'relu'.")
+            raise ValueError(
+                f"`activation_function` {self.activation_function!r} is not supported; the paper's is 'relu'."
+            )
         if self.init_std is not None and self.init_std <= 0:
             raise ValueError(f"`init_std` must be positive or None (None = d_model**-0.5), got {self.init_std!r}.")
-        for field in ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id"):
-            value = getattr(self, field)
+        for name in ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id"):
+            value = getattr(self, name)
             if value is not None and not (isinstance(value, int) and 0 <= value < self.vocab_size):
                 raise ValueError(
-                    f"`{field}` ({value!r}) must be a token id inside the vocabulary [0, {self.vocab_size}): "
+                    f"`{name}` ({value!r}) must be a token id inside the vocabulary [0, {self.vocab_size}): "
                     f"set it to the tokenizer's id or raise `vocab_size`."
                 )
         if self.pad_token_id is None:

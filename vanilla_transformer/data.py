@@ -31,6 +31,7 @@ import datasets
 import numpy as np
 import pyarrow.compute as pc
 
+
 logger = logging.getLogger(__name__)
 
 DEFAULT_SPLITS = ("train", "validation", "test")
@@ -119,7 +120,9 @@ def load_parallel_corpus(
         if (path / "dataset_dict.json").is_file() or (path / "state.json").is_file():
             saved = datasets.load_from_disk(str(path))
             raw = _pick_splits(saved, splits, split_names, origin=f"the saved dataset {str(path)!r}")
-            return datasets.DatasetDict({s: _to_pair(ds, origin=f"split {s!r} of {str(path)!r}", **pair) for s, ds in raw.items()})
+            return datasets.DatasetDict(
+                {s: _to_pair(ds, origin=f"split {s!r} of {str(path)!r}", **pair) for s, ds in raw.items()}
+            )
         return _load_split_files(path, splits, split_names, column_names, cache_dir, **pair)
     if _looks_like_local_path(str(source)):
         raise ValueError(
@@ -134,7 +137,9 @@ def _check_split_args(splits, split_names) -> tuple[tuple[str, ...], dict[str, s
         splits = (splits,)  # a lone "train" is unambiguous; iterating it would give "t", "r", ...
     splits = tuple(splits)
     if not splits or not all(isinstance(s, str) and s for s in splits) or len(set(splits)) != len(splits):
-        raise ValueError(f"`splits` must be distinct non-empty split names, got {list(splits)!r}: e.g. ('train', 'validation').")
+        raise ValueError(
+            f"`splits` must be distinct non-empty split names, got {list(splits)!r}: e.g. ('train', 'validation')."
+        )
     split_names = dict(split_names or {})
     unknown = sorted(set(split_names) - set(splits))
     if unknown:
@@ -150,7 +155,9 @@ def _check_lang_args(src_lang, tgt_lang, src_column, tgt_column) -> None:
         if not isinstance(value, str) or not value.strip():
             raise ValueError(f"`{name}` must be a language code such as 'en' or 'de', got {value!r}.")
     if src_lang == tgt_lang:
-        raise ValueError(f"`src_lang` and `tgt_lang` are both {src_lang!r}: pass two different languages, e.g. 'en' and 'de'.")
+        raise ValueError(
+            f"`src_lang` and `tgt_lang` are both {src_lang!r}: pass two different languages, e.g. 'en' and 'de'."
+        )
     if src_column is not None and src_column == tgt_column:
         raise ValueError(f"`src_column` and `tgt_column` are both {src_column!r}: name the two columns of the pair.")
 
@@ -214,7 +221,9 @@ def _to_pair(ds: datasets.Dataset, src_lang, tgt_lang, src_column, tgt_column, o
     for column in columns:
         dtype = getattr(ds.features[column], "dtype", None)
         if dtype not in _STRING_DTYPES:
-            raise ValueError(f"Column {column!r} of {origin} holds {ds.features[column]}, not text: name a column of strings.")
+            raise ValueError(
+                f"Column {column!r} of {origin} holds {ds.features[column]}, not text: name a column of strings."
+            )
     ds = ds.select_columns(list(columns))
     # Via temporary names, so that a dataset whose columns are already called "source"/"target" can be
     # loaded in the swapped direction.
@@ -235,7 +244,9 @@ def _load_hub_dataset(dataset_id, config_name, splits, split_names, cache_dir, *
             f"HF_HUB_OFFLINE, or pass a local directory."
         ) from error
     raw = _pick_splits(found, splits, split_names, origin=f"the Hub dataset {dataset_id!r}")
-    return datasets.DatasetDict({s: _to_pair(ds, origin=f"split {s!r} of {dataset_id!r}", **pair) for s, ds in raw.items()})
+    return datasets.DatasetDict(
+        {s: _to_pair(ds, origin=f"split {s!r} of {dataset_id!r}", **pair) for s, ds in raw.items()}
+    )
 
 
 def _load_split_files(directory: Path, splits, split_names, column_names, cache_dir, src_lang, tgt_lang, **columns):
@@ -243,7 +254,10 @@ def _load_split_files(directory: Path, splits, split_names, column_names, cache_
     for split in splits:
         stem = split_names.get(split, split)
         src_file, tgt_file = _find_line_file(directory, stem, src_lang), _find_line_file(directory, stem, tgt_lang)
-        table = next((directory / f"{stem}{suffix}" for suffix in _TABLE_SUFFIXES if (directory / f"{stem}{suffix}").is_file()), None)
+        table = next(
+            (directory / f"{stem}{suffix}" for suffix in _TABLE_SUFFIXES if (directory / f"{stem}{suffix}").is_file()),
+            None,
+        )
         if src_file and tgt_file:
             loaded[split] = _load_line_files(src_file, tgt_file, split, cache_dir)
         elif table is not None:
@@ -387,9 +401,19 @@ def _load_tsv(path: Path, split: str, column_names, cache_dir) -> datasets.Datas
         # quoting, no "NA"/"null" as missing values, text columns ("1984" stays a string), lines ending at "\n"
         # only (see `_open_text`). The header row is skipped and named here, so that CRLF cannot rename a column.
         ds = datasets.load_dataset(
-            "csv", data_files={split: str(path)}, split=split, cache_dir=cache_dir, sep="\t", quoting=csv.QUOTE_NONE,
-            keep_default_na=False, lineterminator="\n", skip_blank_lines=False, index_col=False, column_names=header,
-            skiprows=0 if column_names else 1, features=features,
+            "csv",
+            data_files={split: str(path)},
+            split=split,
+            cache_dir=cache_dir,
+            sep="\t",
+            quoting=csv.QUOTE_NONE,
+            keep_default_na=False,
+            lineterminator="\n",
+            skip_blank_lines=False,
+            index_col=False,
+            column_names=header,
+            skiprows=0 if column_names else 1,
+            features=features,
         )
     except datasets.exceptions.DatasetGenerationError:
         _check_fields(path, header)  # a line with too many fields: name it
@@ -425,7 +449,9 @@ KEEP, EMPTY, TOO_LONG, BAD_RATIO = 0, 1, 2, 3
 _REASONS = {EMPTY: "empty", TOO_LONG: "too long", BAD_RATIO: "bad length ratio"}
 
 
-def drop_reasons(src_len, tgt_len, max_length: int, max_length_ratio: float | None, check_empty: bool = True) -> np.ndarray:
+def drop_reasons(
+    src_len, tgt_len, max_length: int, max_length_ratio: float | None, check_empty: bool = True
+) -> np.ndarray:
     """Per pair: `KEEP`, `EMPTY`, `TOO_LONG` or `BAD_RATIO` (lengths counted with the final `</s>`).
 
     - EMPTY: a side is only `</s>` (an empty or blank sentence).
@@ -467,7 +493,9 @@ def _keep_batch(src_len, tgt_len, max_length, max_length_ratio, check_empty) -> 
 def _check_tokenizer(tokenizer) -> None:
     eos = getattr(tokenizer, "eos_token_id", None)
     if eos is None:
-        raise ValueError(f"`tokenizer` ({type(tokenizer).__name__}) has no eos_token: use one made by `train_tokenizer`, whose `</s>` ends every sequence.")
+        raise ValueError(
+            f"`tokenizer` ({type(tokenizer).__name__}) has no eos_token: use one made by `train_tokenizer`, whose `</s>` ends every sequence."
+        )
     probe = tokenizer(["a"], text_target=["a"])
     if "labels" not in probe or probe["input_ids"][0][-1:] != [eos] or probe["labels"][0][-1:] != [eos]:
         raise ValueError(
@@ -521,17 +549,25 @@ def tokenize_corpus(
         batch_size: rows per tokenizer call in `Dataset.map`.
     """
     if not isinstance(dsd, datasets.DatasetDict):
-        raise ValueError(f"`dsd` must be a `datasets.DatasetDict` (from `load_parallel_corpus`), got {type(dsd).__name__}: wrap a single split as `DatasetDict({{'train': ds}})`.")
+        raise ValueError(
+            f"`dsd` must be a `datasets.DatasetDict` (from `load_parallel_corpus`), got {type(dsd).__name__}: wrap a single split as `DatasetDict({{'train': ds}})`."
+        )
     if not isinstance(max_length, int) or max_length < 2:
-        raise ValueError(f"`max_length` must be an integer >= 2 (a token and `</s>`), got {max_length!r}: use e.g. 256, at most the model's max_position_embeddings.")
+        raise ValueError(
+            f"`max_length` must be an integer >= 2 (a token and `</s>`), got {max_length!r}: use e.g. 256, at most the model's max_position_embeddings."
+        )
     if max_length_ratio is not None and (not isinstance(max_length_ratio, (int, float)) or not max_length_ratio >= 1):
-        raise ValueError(f"`max_length_ratio` must be a number >= 1 or None (no ratio filter), got {max_length_ratio!r}: e.g. 2.5, or 1.5 as fairseq's WMT14 recipe.")
+        raise ValueError(
+            f"`max_length_ratio` must be a number >= 1 or None (no ratio filter), got {max_length_ratio!r}: e.g. 2.5, or 1.5 as fairseq's WMT14 recipe."
+        )
     if num_proc is not None and (not isinstance(num_proc, int) or num_proc < 1):
         raise ValueError(f"`num_proc` must be a positive integer or None, got {num_proc!r}.")
     for split, ds in dsd.items():
         missing = [c for c in ("source", "target") if c not in ds.column_names]
         if missing:
-            raise ValueError(f"Split {split!r} of `dsd` lacks the column(s) {missing} (it has {ds.column_names}): load it with `load_parallel_corpus`.")
+            raise ValueError(
+                f"Split {split!r} of `dsd` lacks the column(s) {missing} (it has {ds.column_names}): load it with `load_parallel_corpus`."
+            )
     _check_tokenizer(tokenizer)
 
     result = {}
@@ -546,7 +582,9 @@ def tokenize_corpus(
         )
         is_train = split in train_splits
         ratio, check_empty = (max_length_ratio, True) if is_train else (None, False)
-        reasons = drop_reasons(_column(tokenized, "src_len"), _column(tokenized, "tgt_len"), max_length, ratio, check_empty)
+        reasons = drop_reasons(
+            _column(tokenized, "src_len"), _column(tokenized, "tgt_len"), max_length, ratio, check_empty
+        )
         counts = {name: int((reasons == code).sum()) for code, name in _REASONS.items()}
         dropped = len(reasons) - int((reasons == KEEP).sum())
         if dropped:
@@ -563,13 +601,22 @@ def tokenize_corpus(
         if is_train:
             logger.info(
                 "Split %r: kept %d of %d pairs; dropped %d (%s) [max_length=%d, max_length_ratio=%s].",
-                split, len(tokenized), len(reasons), dropped, detail or "none", max_length, max_length_ratio,
+                split,
+                len(tokenized),
+                len(reasons),
+                dropped,
+                detail or "none",
+                max_length,
+                max_length_ratio,
             )
         elif dropped:
             logger.warning(
                 "Split %r is not training data, yet %d of its %d pairs are longer than max_length=%d tokens and "
                 "were dropped: scores on it are not on the full set. Raise `max_length` to keep them.",
-                split, dropped, len(reasons), max_length,
+                split,
+                dropped,
+                len(reasons),
+                max_length,
             )
         else:
             logger.info("Split %r: kept all %d pairs.", split, len(reasons))
@@ -583,4 +630,3 @@ def _column(ds: datasets.Dataset, name: str) -> np.ndarray:
 
 
 __all__ = ["DEFAULT_SPLITS", "MODEL_INPUT_COLUMNS", "drop_reasons", "load_parallel_corpus", "tokenize_corpus"]
-

@@ -68,6 +68,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+
 logger = logging.getLogger(__name__)
 
 SETTINGS_FILE = "vanilla_transformer_ct2.json"
@@ -256,13 +257,14 @@ def export_ctranslate2(
         raise ValueError(f"quantization={quantization!r} is not one of {list(QUANTIZATIONS)}.")
     output_dir = Path(output_dir)
     if output_dir.exists() and not force:
-        raise ValueError(f"output directory {str(output_dir)!r} exists: choose another one or pass force=True "
-                         f"(--force) to replace it.")
+        raise ValueError(
+            f"output directory {str(output_dir)!r} exists: choose another one or pass force=True "
+            f"(--force) to replace it."
+        )
     if isinstance(model, (str, os.PathLike)):
         from .cli import load_model
 
-        model, tokenizer = load_model(str(model), revision=revision, device="cpu",
-                                      trust_remote_code=trust_remote_code)
+        model, tokenizer = load_model(str(model), revision=revision, device="cpu", trust_remote_code=trust_remote_code)
     elif tokenizer is None:
         raise ValueError("`tokenizer` is needed when `model` is a model object: pass the one it was trained with.")
     from .tokenization import check_tokenizer_fits_model
@@ -337,11 +339,13 @@ class CTranslate2Model:
         self.tokenizer.no_truncation()  # lengths are handled by translate_ctranslate2, as by `translate`
         self.tokenizer.no_padding()
         try:
-            self.translator = ct2.Translator(str(path), device=device, compute_type=compute_type,
-                                             intra_threads=intra_threads)
+            self.translator = ct2.Translator(
+                str(path), device=device, compute_type=compute_type, intra_threads=intra_threads
+            )
         except (RuntimeError, ValueError) as error:
-            raise ValueError(f"CTranslate2 could not load {str(path)!r} on {device} as {compute_type}: {error}") \
-                from None
+            raise ValueError(
+                f"CTranslate2 could not load {str(path)!r} on {device} as {compute_type}: {error}"
+            ) from None
         self.eos_token = self.settings["eos_token"]
         self.eos_id = self.tokenizer.token_to_id(self.eos_token)
         self.tokens = [self.tokenizer.id_to_token(i) for i in range(self.tokenizer.get_vocab_size())]
@@ -373,12 +377,16 @@ class CTranslate2Model:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}.")
         table = self.settings["position_table_length"]
         if max_new_tokens is not None and not 1 <= max_new_tokens <= table:
-            raise ValueError(f"max_new_tokens must be in [1, {table}] (the exported position table has {table} rows), "
-                             f"got {max_new_tokens}.")
+            raise ValueError(
+                f"max_new_tokens must be in [1, {table}] (the exported position table has {table} rows), "
+                f"got {max_new_tokens}."
+            )
         for ids in sources:
             if not 1 <= len(ids) <= self.settings["source_limit"]:
-                raise ValueError(f"a source has {len(ids)} tokens; the export takes 1 to "
-                                 f"{self.settings['source_limit']}: truncate it (translate_ctranslate2 does).")
+                raise ValueError(
+                    f"a source has {len(ids)} tokens; the export takes 1 to "
+                    f"{self.settings['source_limit']}: truncate it (translate_ctranslate2 does)."
+                )
         offset = self.settings["source_length_offset"]
         results, scores = [None] * len(sources), [None] * len(sources)
 
@@ -497,6 +505,7 @@ class CTranslate2Model:
         # Whether generate completes the others depends on how many ended before: only a better ended one decides.
         return best_ended if best_ended[1] >= best_forced[1] else None
 
+
 def translate_ctranslate2(
     model,
     sentences: Sequence[str],
@@ -533,13 +542,17 @@ def translate_ctranslate2(
         if len(ids) > limit:
             logger.warning(
                 "Line %d has %d tokens; the model takes %d: it is truncated to its first %d tokens.",
-                i + 1, len(ids), limit, limit,
+                i + 1,
+                len(ids),
+                limit,
+                limit,
             )
             ids = ids[: limit - 1] + ids[-1:]  # keep the closing </s>, as the tokenizer's own truncation does
         encoded.append(ids)
     bar = tqdm(total=len(todo), desc="translate", unit="sent", disable=not progress)
-    out = model.generate(encoded, num_beams=num_beams, max_new_tokens=max_new_tokens, batch_size=batch_size,
-                         progress=bar)
+    out = model.generate(
+        encoded, num_beams=num_beams, max_new_tokens=max_new_tokens, batch_size=batch_size, progress=bar
+    )
     bar.close()
     for i, text in zip(todo, model.decode(out)):
         results[i] = text.strip()

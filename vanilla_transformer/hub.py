@@ -46,6 +46,7 @@ from huggingface_hub import HfApi, constants
 from huggingface_hub.errors import HfHubHTTPError
 from huggingface_hub.utils import get_token
 
+
 logger = logging.getLogger(__name__)
 
 DEFAULT_COMMIT_MESSAGE = "Upload model trained with vanilla-transformer"
@@ -55,21 +56,45 @@ SAFE_WEIGHTS_NAME = constants.SAFETENSORS_SINGLE_FILE  # model.safetensors
 SAFE_WEIGHTS_INDEX_NAME = constants.SAFETENSORS_INDEX_FILE  # model.safetensors.index.json
 # Every file a transformers tokenizer may write with save_pretrained; those that exist are published.
 TOKENIZER_FILES = (
-    "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json", "vocab.json",
-    "vocab.txt", "merges.txt", "spiece.model", "sentencepiece.bpe.model", "chat_template.jinja", "chat_template.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab.json",
+    "vocab.txt",
+    "merges.txt",
+    "spiece.model",
+    "sentencepiece.bpe.model",
+    "chat_template.jinja",
+    "chat_template.json",
 )
 RESULTS_NAME = "results.json"
 CARD_NAME = constants.REPOCARD_NAME  # README.md
 # The files of a Trainer checkpoint that describe the training run, not the model (glob patterns): never published,
 # nor copied into an average of checkpoints (averaging.py).
 TRAINING_STATE_FILES = (
-    "optimizer.pt", "scheduler.pt", "scaler.pt", "rng_state*.pth", "trainer_state.json", "training_args.bin",
+    "optimizer.pt",
+    "scheduler.pt",
+    "scaler.pt",
+    "rng_state*.pth",
+    "trainer_state.json",
+    "training_args.bin",
 )
 # Files and folders of a training run that are never published, and that `prune=True` deletes from the repo when
 # the Trainer's pushes during training put them there (it uploads its whole output_dir but `checkpoint-*`).
 NEVER_PUBLISHED = (
-    *TRAINING_STATE_FILES, "all_results.json", "train_results.json", "eval_results.json", "*.hyp.*", "*tfevents*",
-    "pytorch_model*.bin", "checkpoint-*/*", "tmp-checkpoint-*/*", "last-checkpoint/*", "runs/*", "tokenizer/*",
+    *TRAINING_STATE_FILES,
+    "all_results.json",
+    "train_results.json",
+    "eval_results.json",
+    "*.hyp.*",
+    "*tfevents*",
+    "pytorch_model*.bin",
+    "checkpoint-*/*",
+    "tmp-checkpoint-*/*",
+    "last-checkpoint/*",
+    "runs/*",
+    "tokenizer/*",
     "averaged/*",
 )
 _COMMIT_SHA = re.compile(r"^[0-9a-f]{40}$")
@@ -242,7 +267,8 @@ def _remote_code_files(output_dir: Path, config: dict) -> list[str]:
         logger.warning(
             "%s has no `custom_pipelines['translation']`: `pipeline('translation', model=<repo>, "
             "trust_remote_code=True)` will not work with this upload (re-save the model with a version of this "
-            "package that ships pipeline_vanilla_transformer.py).", output_dir / "config.json",
+            "package that ships pipeline_vanilla_transformer.py).",
+            output_dir / "config.json",
         )
     references.extend(entry["impl"] for entry in pipelines.values() if isinstance(entry, dict) and entry.get("impl"))
     files, todo = [], [(_module_file(ref), "config.json") for ref in references]
@@ -266,35 +292,48 @@ def files_to_push(output_dir) -> dict[str, Path]:
     card is rendered at push time). Raises ValueError, naming what is missing, for an incomplete directory."""
     out = Path(output_dir)
     if not out.is_dir():
-        raise ValueError(f"`output_dir`={str(output_dir)!r} is not a directory: pass a train.py output directory or "
-                         f"a `save_pretrained` directory that also holds the tokenizer.")
+        raise ValueError(
+            f"`output_dir`={str(output_dir)!r} is not a directory: pass a train.py output directory or "
+            f"a `save_pretrained` directory that also holds the tokenizer."
+        )
     config_path = out / "config.json"
     if not config_path.is_file():
-        raise ValueError(f"`output_dir`={str(output_dir)!r} has no config.json: it is not a saved model (train.py "
-                         f"writes the final model at the top of its --output_dir when training ends).")
+        raise ValueError(
+            f"`output_dir`={str(output_dir)!r} has no config.json: it is not a saved model (train.py "
+            f"writes the final model at the top of its --output_dir when training ends)."
+        )
     config = json.loads(config_path.read_text(encoding="utf-8"))
     if config.get("model_type") != MODEL_TYPE:
-        raise ValueError(f"{config_path} is a {config.get('model_type')!r} model, not a {MODEL_TYPE!r} one: "
-                         f"`push_run` publishes models of this package; use `model.push_to_hub` for others.")
+        raise ValueError(
+            f"{config_path} is a {config.get('model_type')!r} model, not a {MODEL_TYPE!r} one: "
+            f"`push_run` publishes models of this package; use `model.push_to_hub` for others."
+        )
     files = ["config.json"]
     if (out / "generation_config.json").is_file():
         files.append("generation_config.json")
     else:
-        logger.warning("%s has no generation_config.json: the repo will decode with transformers' defaults "
-                       "(greedy, at most 20 tokens) instead of the paper's beam search.", out)
+        logger.warning(
+            "%s has no generation_config.json: the repo will decode with transformers' defaults "
+            "(greedy, at most 20 tokens) instead of the paper's beam search.",
+            out,
+        )
     if (out / SAFE_WEIGHTS_NAME).is_file():
         files.append(SAFE_WEIGHTS_NAME)
     elif (out / SAFE_WEIGHTS_INDEX_NAME).is_file():
         index = json.loads((out / SAFE_WEIGHTS_INDEX_NAME).read_text(encoding="utf-8"))
         files += [SAFE_WEIGHTS_INDEX_NAME, *sorted(set(index["weight_map"].values()))]
     else:
-        raise ValueError(f"`output_dir`={str(output_dir)!r} has no {SAFE_WEIGHTS_NAME}: only safetensors weights are "
-                         f"published (they cannot run code when loaded); save the model with `save_pretrained`.")
+        raise ValueError(
+            f"`output_dir`={str(output_dir)!r} has no {SAFE_WEIGHTS_NAME}: only safetensors weights are "
+            f"published (they cannot run code when loaded); save the model with `save_pretrained`."
+        )
     files += _remote_code_files(out, config)
     if not (out / "tokenizer_config.json").is_file() or not (out / "tokenizer.json").is_file():
-        raise ValueError(f"`output_dir`={str(output_dir)!r} has no tokenizer (tokenizer.json and "
-                         f"tokenizer_config.json): save it beside the model with "
-                         f"`tokenizer.save_pretrained(output_dir)`; a model without its tokenizer cannot translate.")
+        raise ValueError(
+            f"`output_dir`={str(output_dir)!r} has no tokenizer (tokenizer.json and "
+            f"tokenizer_config.json): save it beside the model with "
+            f"`tokenizer.save_pretrained(output_dir)`; a model without its tokenizer cannot translate."
+        )
     files += [name for name in TOKENIZER_FILES if (out / name).is_file()]
     if (out / RESULTS_NAME).is_file():
         files.append(RESULTS_NAME)
@@ -366,7 +405,11 @@ def push_run(
     # Patterns are matched against whole paths, and "*" also matches "/": "averaged/x.png" is not "x.png", but a
     # training file is deleted wherever it is in the repo.
     commit = api.upload_folder(
-        repo_id=repo_id, folder_path=out, revision=revision, token=token, commit_message=commit_message,
+        repo_id=repo_id,
+        folder_path=out,
+        revision=revision,
+        token=token,
+        commit_message=commit_message,
         allow_patterns=[glob.escape(name) for name in dict.fromkeys(published)],
         delete_patterns=[*NEVER_PUBLISHED, *(f"*/{pattern}" for pattern in NEVER_PUBLISHED)] if prune else None,
     )
@@ -374,5 +417,13 @@ def push_run(
     return commit.commit_url
 
 
-__all__ = ["DEFAULT_COMMIT_MESSAGE", "NEVER_PUBLISHED", "TRAINING_STATE_FILES", "check_hub_access", "ensure_repo",
-           "files_to_push", "push_run", "resolve_token"]
+__all__ = [
+    "DEFAULT_COMMIT_MESSAGE",
+    "NEVER_PUBLISHED",
+    "TRAINING_STATE_FILES",
+    "check_hub_access",
+    "ensure_repo",
+    "files_to_push",
+    "push_run",
+    "resolve_token",
+]

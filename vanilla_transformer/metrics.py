@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+
 logger = logging.getLogger(__name__)
 
 METRIC_SCRIPT = Path(__file__).resolve().parent / "metrics_sacrebleu" / "metrics_sacrebleu.py"

@@ -56,6 +56,7 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from .configuration_vanilla_transformer import PRESETS
 
+
 logger = logging.getLogger(__name__)
 
 # Package data (pyproject `package-data`), so that a wheel install can write cards too.
@@ -73,12 +74,18 @@ PAPER_DEFAULTS = {
     "activation_dropout": (0.0, "no dropout inside the feed-forward network in the paper's text"),
 }
 # The paper's base model (Table 3; vocabulary: section 5.1), shown beside this model's settings.
-PAPER_BASE = {"vocabulary": "about 37,000, BPE (shared source/target)", "position_embedding_type": "sinusoidal",
-              "num_parameters": "65M"}
+PAPER_BASE = {
+    "vocabulary": "about 37,000, BPE (shared source/target)",
+    "position_embedding_type": "sinusoidal",
+    "num_parameters": "65M",
+}
 ATTENTION_FIGURE = "attention.png"  # the card's figure, in the model directory (hub.files_to_push sends *.png)
 LANGUAGE_NAMES = {"en": "English", "de": "German", "fr": "French", "cs": "Czech", "es": "Spanish", "ro": "Romanian"}
-EXAMPLES = {"en": "A man is riding a bicycle down the street.",
-            "de": "Ein Mann fährt mit dem Fahrrad die Straße entlang.", "fr": "Un homme descend la rue à vélo."}
+EXAMPLES = {
+    "en": "A man is riding a bicycle down the street.",
+    "de": "Ein Mann fährt mit dem Fahrrad die Straße entlang.",
+    "fr": "Un homme descend la rue à vélo.",
+}
 PAPER_URL = "https://arxiv.org/abs/1706.03762"
 TAGS = ["translation", "vanilla-transformer", "attention-is-all-you-need", "seq2seq"]  # of every card
 CITATION = """@inproceedings{vaswani2017attention,
@@ -96,8 +103,9 @@ def paper_deviations(config) -> list[dict]:
     deviations = []
     for name, (paper, meaning) in PAPER_DEFAULTS.items():
         if not hasattr(config, name):
-            raise ValueError(f"`config` has no attribute {name!r}: pass a VanillaTransformerConfig (got "
-                             f"{type(config).__name__}).")
+            raise ValueError(
+                f"`config` has no attribute {name!r}: pass a VanillaTransformerConfig (got {type(config).__name__})."
+            )
         value = getattr(config, name)
         if value != paper:
             deviations.append({"name": name, "value": value, "paper": paper, "meaning": meaning})
@@ -123,23 +131,42 @@ def compare_with_paper(config, tokenizer: dict | None = None, num_parameters: in
     rows = [
         ("d_model", config.d_model, base["d_model"]),
         ("layers, N (encoder / decoder)", pairs("layers"), (base["encoder_layers"], base["decoder_layers"])),
-        ("attention heads, h (encoder / decoder)", pairs("attention_heads"),
-         (base["encoder_attention_heads"], base["decoder_attention_heads"])),
-        ("feed-forward size, d_ff (encoder / decoder)", pairs("ffn_dim"),
-         (base["encoder_ffn_dim"], base["decoder_ffn_dim"])),
+        (
+            "attention heads, h (encoder / decoder)",
+            pairs("attention_heads"),
+            (base["encoder_attention_heads"], base["decoder_attention_heads"]),
+        ),
+        (
+            "feed-forward size, d_ff (encoder / decoder)",
+            pairs("ffn_dim"),
+            (base["encoder_ffn_dim"], base["decoder_ffn_dim"]),
+        ),
         ("dropout, P_drop", config.dropout, base["dropout"]),
         ("positional encoding", config.position_embedding_type, PAPER_BASE["position_embedding_type"]),
     ]
-    table = [{"name": name, "value": " / ".join(map(str, value)) if isinstance(value, tuple) else value,
-              "paper": " / ".join(map(str, paper)) if isinstance(paper, tuple) else paper, "differs": value != paper}
-             for name, value, paper in rows]
+    table = [
+        {
+            "name": name,
+            "value": " / ".join(map(str, value)) if isinstance(value, tuple) else value,
+            "paper": " / ".join(map(str, paper)) if isinstance(paper, tuple) else paper,
+            "differs": value != paper,
+        }
+        for name, value, paper in rows
+    ]
     tokenizer = tokenizer or {}
     vocabulary = f"{config.vocab_size:,}" + (f", {tokenizer['type']}" if tokenizer.get("type") else "")
-    table.insert(-1, {"name": "shared vocabulary", "value": vocabulary, "paper": PAPER_BASE["vocabulary"],
-                      "differs": False})
+    table.insert(
+        -1, {"name": "shared vocabulary", "value": vocabulary, "paper": PAPER_BASE["vocabulary"], "differs": False}
+    )
     if num_parameters:
-        table.append({"name": "parameters", "value": f"{num_parameters:,}", "paper": PAPER_BASE["num_parameters"],
-                      "differs": False})
+        table.append(
+            {
+                "name": "parameters",
+                "value": f"{num_parameters:,}",
+                "paper": PAPER_BASE["num_parameters"],
+                "differs": False,
+            }
+        )
     return table
 
 
@@ -164,8 +191,10 @@ def load_results(results) -> dict:
         if isinstance(score, bool) or not isinstance(score, (int, float)) or not 0 <= score <= 100:
             raise ValueError(f"`results['bleu'][{split!r}]['score']` must be a number in [0, 100], got {score!r}.")
         if not isinstance(entry.get("signature"), str) or not entry["signature"]:
-            raise ValueError(f"`results['bleu'][{split!r}]['signature']` must be the sacreBLEU signature string "
-                             f"(str(BLEU().get_signature())), got {entry.get('signature')!r}.")
+            raise ValueError(
+                f"`results['bleu'][{split!r}]['signature']` must be the sacreBLEU signature string "
+                f"(str(BLEU().get_signature())), got {entry.get('signature')!r}."
+            )
     for key in ("training", "checkpoint_averaging", "decoding", "tokenizer", "attention_figure"):
         if results.get(key) is not None and not isinstance(results[key], dict):
             raise ValueError(f"`results[{key!r}]` must be a dict or absent, got {type(results[key]).__name__}.")
@@ -190,24 +219,39 @@ def _eval_results(results: dict, dataset: dict) -> list[EvalResult]:
     pair = f"{results['src_lang']}-{results['tgt_lang']}"
     return [
         EvalResult(
-            task_type="translation", task_name=f"Translation {pair}",
-            dataset_type=dataset.get("hub_id") or dataset["name"].lower(), dataset_name=dataset["name"],
-            dataset_config=pair, dataset_split=entry.get("split") or split,
-            metric_type="bleu", metric_name="BLEU (sacreBLEU)", metric_value=entry["score"],
+            task_type="translation",
+            task_name=f"Translation {pair}",
+            dataset_type=dataset.get("hub_id") or dataset["name"].lower(),
+            dataset_name=dataset["name"],
+            dataset_config=pair,
+            dataset_split=entry.get("split") or split,
+            metric_type="bleu",
+            metric_name="BLEU (sacreBLEU)",
+            metric_value=entry["score"],
             metric_args={"signature": entry["signature"]},
         )
         for split, entry in results["bleu"].items()
     ]
 
 
-def render_model_card(config, results, repo_id: str | None = None, *, model_name: str | None = None,
-                      license: str = "apache-2.0", tags=(), template_path=None) -> ModelCard:
+def render_model_card(
+    config,
+    results,
+    repo_id: str | None = None,
+    *,
+    model_name: str | None = None,
+    license: str = "apache-2.0",
+    tags=(),
+    template_path=None,
+) -> ModelCard:
     """The model card as a `huggingface_hub.ModelCard` (see the module docstring for `results`)."""
     results = load_results(results)
     template_path = Path(template_path) if template_path is not None else DEFAULT_TEMPLATE
     if not template_path.is_file():
-        raise ValueError(f"`template_path` {str(template_path)!r} does not exist: pass the path of a Jinja2 card "
-                         "template, or leave it unset for the package's own (model_card_template.md).")
+        raise ValueError(
+            f"`template_path` {str(template_path)!r} does not exist: pass the path of a Jinja2 card "
+            "template, or leave it unset for the package's own (model_card_template.md)."
+        )
     if repo_id is not None and not re.fullmatch(r"[\w.-]+/[\w.-]+", repo_id):
         raise ValueError(f"`repo_id` must look like 'namespace/name', got {repo_id!r}.")
     src, tgt = results["src_lang"], results["tgt_lang"]
@@ -215,26 +259,50 @@ def render_model_card(config, results, repo_id: str | None = None, *, model_name
     model_name = model_name or (repo_id.split("/")[-1] if repo_id else f"vanilla-transformer-{src}-{tgt}")
     preset = results.get("preset") or detect_preset(config)
     card_data = ModelCardData(
-        language=[src, tgt], license=license, library_name="transformers", pipeline_tag="translation",
+        language=[src, tgt],
+        license=license,
+        library_name="transformers",
+        pipeline_tag="translation",
         tags=[*TAGS, *tags],
-        datasets=[dataset["hub_id"]] if dataset.get("hub_id") else None, metrics=["bleu"],
-        model_name=model_name, eval_results=_eval_results(results, dataset),
+        datasets=[dataset["hub_id"]] if dataset.get("hub_id") else None,
+        metrics=["bleu"],
+        model_name=model_name,
+        eval_results=_eval_results(results, dataset),
     )
     training = results.get("training") or {}
     src_name = LANGUAGE_NAMES.get(src, src)
     averaging = results.get("checkpoint_averaging")
     context = dict(
-        model_name=model_name, repo_ref=repo_id or "path/to/this/checkpoint", src=src, tgt=tgt,
-        src_name=src_name, tgt_name=LANGUAGE_NAMES.get(tgt, tgt), article="An" if src_name[0] in "AEIOU" else "A",
-        example=EXAMPLES.get(src, EXAMPLES["en"]), paper_url=PAPER_URL, citation=CITATION, preset=preset,
-        config=config, deviations=paper_deviations(config), dataset=dataset,
+        model_name=model_name,
+        repo_ref=repo_id or "path/to/this/checkpoint",
+        src=src,
+        tgt=tgt,
+        src_name=src_name,
+        tgt_name=LANGUAGE_NAMES.get(tgt, tgt),
+        article="An" if src_name[0] in "AEIOU" else "A",
+        example=EXAMPLES.get(src, EXAMPLES["en"]),
+        paper_url=PAPER_URL,
+        citation=CITATION,
+        preset=preset,
+        config=config,
+        deviations=paper_deviations(config),
+        dataset=dataset,
         comparison=compare_with_paper(config, results.get("tokenizer"), results.get("num_parameters")),
         # "|" separates Markdown table cells, even inside a code span: the signature's bars are escaped.
-        bleu=[{"split": entry.get("split") or key, "score": entry["score"],
-               "signature_md": entry["signature"].replace("|", "\\|")} for key, entry in results["bleu"].items()],
-        training=training, hyperparameters=training.get("hyperparameters") or {},
-        runtime=_duration(training.get("train_runtime_s")), averaging=averaging,
-        decoding=results.get("decoding") or {}, tokenizer=results.get("tokenizer") or {},
+        bleu=[
+            {
+                "split": entry.get("split") or key,
+                "score": entry["score"],
+                "signature_md": entry["signature"].replace("|", "\\|"),
+            }
+            for key, entry in results["bleu"].items()
+        ],
+        training=training,
+        hyperparameters=training.get("hyperparameters") or {},
+        runtime=_duration(training.get("train_runtime_s")),
+        averaging=averaging,
+        decoding=results.get("decoding") or {},
+        tokenizer=results.get("tokenizer") or {},
         figure=results.get("attention_figure"),
     )
     return ModelCard.from_template(card_data, template_path=str(template_path), **context)
@@ -262,8 +330,15 @@ def write_attention_figure(model, tokenizer, sentence: str, output_dir, split: s
     path = Path(output_dir) / ATTENTION_FIGURE
     draw_attention(weights, "cross", layer).savefig(path, dpi=DPI)
     logger.info("attention figure (cross-attention, layer %d) written to %s", layer, path)
-    return {"file": ATTENTION_FIGURE, "layer": layer, "layers": int(weights.cross.shape[0]), "num_beams": 4,
-            "source": sentence, "split": split, "translation": weights.translation}
+    return {
+        "file": ATTENTION_FIGURE,
+        "layer": layer,
+        "layers": int(weights.cross.shape[0]),
+        "num_beams": 4,
+        "source": sentence,
+        "split": split,
+        "translation": weights.translation,
+    }
 
 
 def write_model_card(output_dir, config, results, repo_id: str | None = None, **kwargs) -> str:
@@ -298,6 +373,15 @@ def render_unevaluated_card(repo_id: str) -> ModelCard:
     )
 
 
-__all__ = ["ATTENTION_FIGURE", "PAPER_DEFAULTS", "compare_with_paper", "detect_preset", "load_results",
-           "paper_deviations", "render_model_card", "render_unevaluated_card", "write_attention_figure",
-           "write_model_card"]
+__all__ = [
+    "ATTENTION_FIGURE",
+    "PAPER_DEFAULTS",
+    "compare_with_paper",
+    "detect_preset",
+    "load_results",
+    "paper_deviations",
+    "render_model_card",
+    "render_unevaluated_card",
+    "write_attention_figure",
+    "write_model_card",
+]

@@ -21,6 +21,7 @@ config=model.config, tokenizer=tokenizer, pipeline_class=TranslationPipeline)`.
 import torch
 from transformers import Pipeline
 
+
 # What `config.custom_pipelines` must hold (the shape `pipeline()` reads in transformers 5.23:
 # `clean_custom_task` needs "impl", a "module.Class" path inside the repository, and "pt", names of
 # transformers Auto classes used to load the model; "type" is informative; there is no "tf" any more).
@@ -101,9 +102,7 @@ class TranslationPipeline(Pipeline):
             preprocess_params["truncation"] = truncation
         if max_input_length is not None:
             if not isinstance(max_input_length, int) or max_input_length < 1:
-                raise ValueError(
-                    f"`max_input_length` must be a positive integer (tokens), got {max_input_length!r}."
-                )
+                raise ValueError(f"`max_input_length` must be a positive integer (tokens), got {max_input_length!r}.")
             preprocess_params["max_input_length"] = max_input_length
         postprocess_params = {}
         if return_tensors is not None:

@@ -55,6 +55,7 @@ from typing import Any
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
+
 logger = logging.getLogger(__name__)
 
 PAD, BOS, EOS, UNK = "<pad>", "<s>", "</s>", "<unk>"
@@ -210,7 +211,11 @@ def train_tokenizer(
         logger.warning(
             "The corpus (%d texts) is too small to learn a vocabulary of %d tokens with min_frequency=%d: "
             "training stopped at %d tokens. Build the model with vocab_size=len(tokenizer)=%d.",
-            n_texts, vocab_size, min_frequency, size, size,
+            n_texts,
+            vocab_size,
+            min_frequency,
+            size,
+            size,
         )
     else:
         logger.info("Trained a shared BPE vocabulary of %d tokens on %d texts.", size, n_texts)

@@ -15,6 +15,7 @@ from tqdm.auto import tqdm
 
 from .pipeline_vanilla_transformer import input_length_limit
 
+
 logger = logging.getLogger(__name__)
 
 
@@ -48,7 +49,10 @@ def translate(
         if limit is not None and len(ids) > limit:
             logger.warning(
                 "Line %d has %d tokens; the model takes %d: it is truncated to its first %d tokens.",
-                i + 1, len(ids), limit, limit,
+                i + 1,
+                len(ids),
+                limit,
+                limit,
             )
             ids = ids[: limit - 1] + ids[-1:]  # keep the closing </s>, as the tokenizer's own truncation does
         encoded[i] = ids

@@ -56,9 +56,10 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, quote, unquote, urlencode, urlsplit
+
 
 logger = logging.getLogger(__name__)
 
@@ -74,10 +75,41 @@ SAMPLE_SIZE = 512
 DEFAULT_GITATTRIBUTES = "".join(
     f"{pattern} filter=lfs diff=lfs merge=lfs -text\n"
     for pattern in (
-        "*.7z", "*.arrow", "*.bin", "*.bz2", "*.ckpt", "*.ftz", "*.gz", "*.h5", "*.joblib", "*.lfs.*",
-        "*.mlmodel", "*.model", "*.msgpack", "*.npy", "*.npz", "*.onnx", "*.ot", "*.parquet", "*.pb",
-        "*.pickle", "*.pkl", "*.pt", "*.pth", "*.rar", "*.safetensors", "saved_model/**/*", "*.tar.*",
-        "*.tar", "*.tflite", "*.tgz", "*.wasm", "*.xz", "*.zip", "*.zst", "*tfevents*",
+        "*.7z",
+        "*.arrow",
+        "*.bin",
+        "*.bz2",
+        "*.ckpt",
+        "*.ftz",
+        "*.gz",
+        "*.h5",
+        "*.joblib",
+        "*.lfs.*",
+        "*.mlmodel",
+        "*.model",
+        "*.msgpack",
+        "*.npy",
+        "*.npz",
+        "*.onnx",
+        "*.ot",
+        "*.parquet",
+        "*.pb",
+        "*.pickle",
+        "*.pkl",
+        "*.pt",
+        "*.pth",
+        "*.rar",
+        "*.safetensors",
+        "saved_model/**/*",
+        "*.tar.*",
+        "*.tar",
+        "*.tflite",
+        "*.tgz",
+        "*.wasm",
+        "*.xz",
+        "*.zip",
+        "*.zst",
+        "*tfevents*",
     )
 )
 
@@ -101,7 +133,7 @@ def lfs_pointer(oid: str, size: int) -> bytes:
 
 def _iso(timestamp: float) -> str:
     # The format `huggingface_hub.utils.parse_datetime` expects: '%Y-%m-%dT%H:%M:%S.%fZ'.
-    return datetime.fromtimestamp(timestamp, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+    return datetime.fromtimestamp(timestamp, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
 def _front_matter(text: str):
@@ -176,7 +208,7 @@ class Repo:
         """Commit oid of a branch, tag, `refs/heads|tags/...`, `refs/pr/N` or a full commit id."""
         for prefix, refs in (("refs/heads/", self.branches), ("refs/tags/", self.tags)):
             if revision.startswith(prefix):
-                return refs.get(revision[len(prefix):])
+                return refs.get(revision[len(prefix) :])
         if revision in self.branches:
             return self.branches[revision]
         if revision in self.tags:
@@ -319,7 +351,7 @@ class _Handler(BaseHTTPRequestHandler):
     # -- plumbing
 
     @property
-    def hub(self) -> "LoopbackHub":
+    def hub(self) -> LoopbackHub:
         return self.server.hub
 
     @property
@@ -339,7 +371,9 @@ class _Handler(BaseHTTPRequestHandler):
                     status = getattr(self, "h_" + name)(match)
                     break
             else:
-                raise HubError(404, f"No route for {self.command} {url.path} on the loopback Hub ({self.server.kind}).")
+                raise HubError(
+                    404, f"No route for {self.command} {url.path} on the loopback Hub ({self.server.kind})."
+                )
         except HubError as error:
             status = error.status
             headers = {"X-Error-Message": error.message, **error.headers}
@@ -449,10 +483,17 @@ class _Handler(BaseHTTPRequestHandler):
         if user is None:
             raise HubError(401, "You must be authenticated (send a token) to call whoami.")
         orgs = [{"name": name, "type": "org"} for name, members in self.state.orgs.items() if user in members]
-        return self._send_json(200, {
-            "type": "user", "id": user, "name": user, "fullname": user, "orgs": orgs,
-            "auth": {"type": "access_token", "accessToken": {"displayName": "loopback", "role": "write"}},
-        })
+        return self._send_json(
+            200,
+            {
+                "type": "user",
+                "id": user,
+                "name": user,
+                "fullname": user,
+                "orgs": orgs,
+                "auth": {"type": "access_token", "accessToken": {"displayName": "loopback", "role": "write"}},
+            },
+        )
 
     def h_agent_harnesses(self, match):
         return self._send_json(200, {"standardEnvVars": [], "harnesses": {}})
@@ -478,20 +519,29 @@ class _Handler(BaseHTTPRequestHandler):
         if not REPO_NAME_RE.match(name) or not REPO_NAME_RE.match(namespace):
             raise HubError(400, f"Invalid repo name {namespace}/{name}: use letters, digits, '-', '_' and '.'.")
         if not self.state.can_write(user, namespace):
-            raise HubError(403, f"You don't have the rights to create a {repo_type} under the namespace {namespace!r}.")
+            raise HubError(
+                403, f"You don't have the rights to create a {repo_type} under the namespace {namespace!r}."
+            )
         private = payload.get("visibility") == "private" if "visibility" in payload else bool(payload.get("private"))
         repo_id = f"{namespace}/{name}"
         with self.state.lock:
             repo = self.state.repos.get((repo_type, repo_id))
             if repo is not None:
                 # `create_repo(exist_ok=True)` swallows the 409 and reads `url` from this body.
-                return self._send_json(409, {"error": f"You already created this {repo_type} repo",
-                                             "url": self._repo_url(repo)})
+                return self._send_json(
+                    409, {"error": f"You already created this {repo_type} repo", "url": self._repo_url(repo)}
+                )
             repo = Repo(repo_type, repo_id, private, time.time())
             content = DEFAULT_GITATTRIBUTES.encode()
             self.state.blobs[git_blob_sha1(content)] = content
-            first = self.state.new_commit(repo, [], "initial commit", "", user,
-                                          {".gitattributes": FileEntry(len(content), git_blob_sha1(content))})
+            first = self.state.new_commit(
+                repo,
+                [],
+                "initial commit",
+                "",
+                user,
+                {".gitattributes": FileEntry(len(content), git_blob_sha1(content))},
+            )
             repo.branches["main"] = first.oid
             self.state.repos[(repo_type, repo_id)] = repo
         return self._send_json(200, {"url": self._repo_url(repo), "name": repo_id, "id": repo_id})
@@ -541,10 +591,21 @@ class _Handler(BaseHTTPRequestHandler):
             if extra and extra not in tags:
                 tags.append(extra)
         info = {
-            "_id": hashlib.sha1(repo.repo_id.encode()).hexdigest()[:24], "id": repo.repo_id, "modelId": repo.repo_id,
-            "author": repo.namespace, "sha": commit.oid, "private": repo.private, "gated": False, "disabled": False,
-            "lastModified": _iso(commit.date), "createdAt": _iso(repo.created_at), "downloads": 0, "likes": 0,
-            "tags": tags, "siblings": siblings, "usedStorage": sum(entry.size for entry in files.values()),
+            "_id": hashlib.sha1(repo.repo_id.encode()).hexdigest()[:24],
+            "id": repo.repo_id,
+            "modelId": repo.repo_id,
+            "author": repo.namespace,
+            "sha": commit.oid,
+            "private": repo.private,
+            "gated": False,
+            "disabled": False,
+            "lastModified": _iso(commit.date),
+            "createdAt": _iso(repo.created_at),
+            "downloads": 0,
+            "likes": 0,
+            "tags": tags,
+            "siblings": siblings,
+            "usedStorage": sum(entry.size for entry in files.values()),
         }
         if card is not None:
             info["cardData"] = card
@@ -589,8 +650,12 @@ class _Handler(BaseHTTPRequestHandler):
                     item["lfs"] = {"oid": entry.lfs_oid, "size": entry.size, "pointerSize": entry.pointer_size}
             else:
                 children = sorted((p, e.blob_id) for p, e in commit.files.items() if p.startswith(path + "/"))
-                item = {"type": "directory", "oid": hashlib.sha1(repr(children).encode()).hexdigest(), "size": 0,
-                        "path": path}
+                item = {
+                    "type": "directory",
+                    "oid": hashlib.sha1(repr(children).encode()).hexdigest(),
+                    "size": 0,
+                    "path": path,
+                }
             if expand:
                 last = self._last_commit(repo, commit, path)
                 item["lastCommit"] = {"id": last.oid, "title": last.title, "date": _iso(last.date)}
@@ -611,7 +676,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _paginated(self, items: list):
         """One page of `items` plus a GitHub-style `Link` header to the next one (what `paginate` follows)."""
         start = int((self.query.get("cursor") or ["0"])[-1])
-        page = items[start:start + self.state.page_size]
+        page = items[start : start + self.state.page_size]
         headers = {}
         if start + self.state.page_size < len(items):
             query = {key: values[-1] for key, values in self.query.items()}
@@ -628,12 +693,16 @@ class _Handler(BaseHTTPRequestHandler):
             commit = self._revision(repo, match)
             directories = {"/".join(p.split("/")[:i]) for p in commit.files for i in range(1, p.count("/") + 1)}
             if root and root not in directories:
-                raise HubError(404, f"Entry not found: {root!r} is not a folder at {commit.oid}", code="EntryNotFound",
-                               headers={"X-Repo-Commit": commit.oid})
+                raise HubError(
+                    404,
+                    f"Entry not found: {root!r} is not a folder at {commit.oid}",
+                    code="EntryNotFound",
+                    headers={"X-Repo-Commit": commit.oid},
+                )
             prefix = root + "/" if root else ""
             paths = [p for p in sorted(set(commit.files) | directories) if p.startswith(prefix)]
             if not recursive:
-                paths = [p for p in paths if "/" not in p[len(prefix):]]
+                paths = [p for p in paths if "/" not in p[len(prefix) :]]
             entries = self._tree_entries(repo, commit, paths, expand)
         return self._paginated(entries)
 
@@ -656,19 +725,32 @@ class _Handler(BaseHTTPRequestHandler):
             return [{"name": name, "ref": f"refs/{kind}/{name}", "targetCommit": oid} for name, oid in sorted(items)]
 
         with self.state.lock:
-            data = {"branches": refs(repo.branches.items(), "heads"), "converts": [],
-                    "tags": refs(repo.tags.items(), "tags")}
+            data = {
+                "branches": refs(repo.branches.items(), "heads"),
+                "converts": [],
+                "tags": refs(repo.tags.items(), "tags"),
+            }
             if self._flag("include_prs"):
-                data["pullRequests"] = [{"name": f"refs/pr/{n}", "ref": f"refs/pr/{n}", "targetCommit": oid}
-                                        for n, oid in sorted(repo.pull_requests.items())]
+                data["pullRequests"] = [
+                    {"name": f"refs/pr/{n}", "ref": f"refs/pr/{n}", "targetCommit": oid}
+                    for n, oid in sorted(repo.pull_requests.items())
+                ]
         return self._send_json(200, data)
 
     def h_list_commits(self, match):
         repo, _ = self._repo(match)
         with self.state.lock:
             commit = self._revision(repo, match)
-            items = [{"id": c.oid, "title": c.title, "message": c.message, "date": _iso(c.date),
-                      "authors": [{"user": c.author, "avatar": ""}]} for c in repo.history(commit.oid)]
+            items = [
+                {
+                    "id": c.oid,
+                    "title": c.title,
+                    "message": c.message,
+                    "date": _iso(c.date),
+                    "authors": [{"user": c.author, "avatar": ""}],
+                }
+                for c in repo.history(commit.oid)
+            ]
         return self._paginated(items)
 
     def h_create_branch(self, match):
@@ -725,7 +807,7 @@ class _Handler(BaseHTTPRequestHandler):
                 raise HubError(404, f"Invalid rev id: {revision}", code="RevisionNotFound")
             return repo.commits[repo.branches[revision]], None
         pr = re.fullmatch(r"refs/pr/(\d+)", revision)
-        branch = revision[len("refs/heads/"):] if revision.startswith("refs/heads/") else revision
+        branch = revision[len("refs/heads/") :] if revision.startswith("refs/heads/") else revision
         if pr and int(pr.group(1)) in repo.pull_requests:
             return repo.commits[repo.pull_requests[int(pr.group(1))]], revision
         if branch in repo.branches:
@@ -742,8 +824,9 @@ class _Handler(BaseHTTPRequestHandler):
             ignore = payload.get("gitIgnore")
             if ignore is None and ".gitignore" in head.files and not head.files[".gitignore"].lfs_oid:
                 ignore = self.state.blobs[head.files[".gitignore"].blob_id].decode(errors="replace")
-            patterns = [line.strip() for line in (ignore or "").splitlines()
-                        if line.strip() and not line.startswith("#")]
+            patterns = [
+                line.strip() for line in (ignore or "").splitlines() if line.strip() and not line.startswith("#")
+            ]
             answers = []
             for item in payload.get("files", []):
                 path, size = item["path"], int(item.get("size", 0))
@@ -754,8 +837,14 @@ class _Handler(BaseHTTPRequestHandler):
                 oid = None
                 if remote is not None:
                     oid = remote.lfs_oid if lfs else (None if remote.lfs_oid else remote.blob_id)
-                answers.append({"path": path, "uploadMode": "lfs" if lfs else "regular",
-                                "shouldIgnore": any(_matches(p, path) for p in patterns), "oid": oid})
+                answers.append(
+                    {
+                        "path": path,
+                        "uploadMode": "lfs" if lfs else "regular",
+                        "shouldIgnore": any(_matches(p, path) for p in patterns),
+                        "oid": oid,
+                    }
+                )
         return self._send_json(200, {"files": answers, "commitOid": head.oid})
 
     def h_commit(self, match):
@@ -775,10 +864,15 @@ class _Handler(BaseHTTPRequestHandler):
             files = dict(head.files)
             for line in lines[1:]:
                 self._apply(head, files, line.get("key"), line.get("value") or {})
-            commit = self.state.new_commit(repo, [head.oid], header.get("summary") or "",
-                                           header.get("description") or "", user, files)
-            answer = {"success": True, "commitOid": commit.oid, "hookOutput": "",
-                      "commitUrl": f"{self._repo_url(repo)}/commit/{commit.oid}"}
+            commit = self.state.new_commit(
+                repo, [head.oid], header.get("summary") or "", header.get("description") or "", user, files
+            )
+            answer = {
+                "success": True,
+                "commitOid": commit.oid,
+                "hookOutput": "",
+                "commitUrl": f"{self._repo_url(repo)}/commit/{commit.oid}",
+            }
             if ref is None:  # ?create_pr=1: a new refs/pr/N holding the commit
                 number = max(repo.pull_requests, default=0) + 1
                 repo.pull_requests[number] = commit.oid
@@ -797,8 +891,11 @@ class _Handler(BaseHTTPRequestHandler):
             data = base64.b64decode(value.get("content") or "")
             if data and self.state.needs_lfs(head.files, path, len(data), data[:SAMPLE_SIZE]):
                 # The Hub rejects binary or big files that were not uploaded through LFS.
-                raise HubError(400, f"Your push was rejected: {path!r} must be stored with LFS (binary, > 10 MB, "
-                                    "or matching a .gitattributes LFS pattern); ask preupload for its upload mode.")
+                raise HubError(
+                    400,
+                    f"Your push was rejected: {path!r} must be stored with LFS (binary, > 10 MB, "
+                    "or matching a .gitattributes LFS pattern); ask preupload for its upload mode.",
+                )
             self.state.blobs[git_blob_sha1(data)] = data
             files[path] = FileEntry(len(data), git_blob_sha1(data))
         elif key == "lfsFile":
@@ -822,8 +919,11 @@ class _Handler(BaseHTTPRequestHandler):
             raise HubError(400, f"Unknown commit operation {key!r}.")
 
     def h_xet_token(self, match):
-        raise HubError(501, "The loopback Hub has no Xet storage: run the client with HF_HUB_DISABLE_XET=1 "
-                            "(or start the hub with lfs_mode='never').")
+        raise HubError(
+            501,
+            "The loopback Hub has no Xet storage: run the client with HF_HUB_DISABLE_XET=1 "
+            "(or start the hub with lfs_mode='never').",
+        )
 
     # -- git-LFS
 
@@ -844,15 +944,26 @@ class _Handler(BaseHTTPRequestHandler):
                 continue
             if chunk and size > chunk:
                 parts = -(-size // chunk)
-                header = {"chunk_size": str(chunk),
-                          **{str(n): f"{self.hub.cdn}/lfs-part/{oid}/{n}" for n in range(1, parts + 1)}}
+                header = {
+                    "chunk_size": str(chunk),
+                    **{str(n): f"{self.hub.cdn}/lfs-part/{oid}/{n}" for n in range(1, parts + 1)},
+                }
                 upload = {"href": f"{self.hub.cdn}/lfs-complete/{oid}", "header": header}
             else:
                 upload = {"href": f"{self.hub.cdn}/lfs-upload/{oid}"}
-            objects.append({"oid": oid, "size": size, "authenticated": True,
-                            "actions": {"upload": upload, "verify": {"href": verify}}})
-        return self._send(200, json.dumps({"transfer": "basic", "objects": objects}).encode(),
-                          content_type="application/vnd.git-lfs+json")
+            objects.append(
+                {
+                    "oid": oid,
+                    "size": size,
+                    "authenticated": True,
+                    "actions": {"upload": upload, "verify": {"href": verify}},
+                }
+            )
+        return self._send(
+            200,
+            json.dumps({"transfer": "basic", "objects": objects}).encode(),
+            content_type="application/vnd.git-lfs+json",
+        )
 
     def h_lfs_verify(self, match):
         self._repo(match, write=True)
@@ -905,7 +1016,7 @@ class _Handler(BaseHTTPRequestHandler):
             if start >= len(data) and len(data) > 0:
                 return self._send(416, headers={**headers, "Content-Range": f"bytes */{len(data)}"})
             headers["Content-Range"] = f"bytes {start}-{end}/{len(data)}"
-            return self._send(206, data[start:end + 1], headers, "application/octet-stream")
+            return self._send(206, data[start : end + 1], headers, "application/octet-stream")
         return self._send(200, data, headers, "application/octet-stream")
 
     def h_resolve(self, match):
@@ -916,8 +1027,12 @@ class _Handler(BaseHTTPRequestHandler):
             entry = commit.files.get(path)
             if entry is None:
                 # `X-Repo-Commit` lets the client cache the absence of the file (`.no_exist`).
-                raise HubError(404, f"Entry not found: {path} at {commit.oid}", code="EntryNotFound",
-                               headers={"X-Repo-Commit": commit.oid})
+                raise HubError(
+                    404,
+                    f"Entry not found: {path} at {commit.oid}",
+                    code="EntryNotFound",
+                    headers={"X-Repo-Commit": commit.oid},
+                )
             data = None if entry.lfs_oid else self.state.blobs[entry.blob_id]
         headers = {"X-Repo-Commit": commit.oid, "ETag": f'"{entry.blob_id}"'}
         if entry.lfs_oid:
@@ -959,8 +1074,16 @@ class LoopbackHub:
         max_seconds: stop by itself after this many seconds (a bound for scripts and stray processes).
     """
 
-    def __init__(self, tokens: dict | None = None, orgs: dict | None = None, *, lfs_mode: str = "auto",
-                 multipart_chunk_size: int | None = None, page_size: int = 1000, max_seconds: float | None = None):
+    def __init__(
+        self,
+        tokens: dict | None = None,
+        orgs: dict | None = None,
+        *,
+        lfs_mode: str = "auto",
+        multipart_chunk_size: int | None = None,
+        page_size: int = 1000,
+        max_seconds: float | None = None,
+    ):
         tokens = {"hf_valid_tester": "tester", "hf_valid_other": "other"} if tokens is None else tokens
         if not tokens:
             raise ValueError("`tokens` must map at least one access token to a user name, e.g. {'hf_x': 'tester'}.")
@@ -975,8 +1098,9 @@ class LoopbackHub:
 
     # Settings that tests flip while the hub runs.
     lfs_mode = property(lambda self: self.state.lfs_mode, lambda self, v: setattr(self.state, "lfs_mode", v))
-    multipart_chunk_size = property(lambda self: self.state.multipart_chunk_size,
-                                    lambda self, v: setattr(self.state, "multipart_chunk_size", v))
+    multipart_chunk_size = property(
+        lambda self: self.state.multipart_chunk_size, lambda self, v: setattr(self.state, "multipart_chunk_size", v)
+    )
     page_size = property(lambda self: self.state.page_size, lambda self, v: setattr(self.state, "page_size", v))
 
     @property
@@ -993,7 +1117,7 @@ class LoopbackHub:
         with self.state.lock:
             return list(self.state.requests)
 
-    def start(self) -> "LoopbackHub":
+    def start(self) -> LoopbackHub:
         if self._servers:
             return self
         for kind, routes in (("api", API_ROUTES), ("cdn", CDN_ROUTES)):
@@ -1022,7 +1146,7 @@ class LoopbackHub:
     def running(self) -> bool:
         return bool(self._servers)
 
-    def __enter__(self) -> "LoopbackHub":
+    def __enter__(self) -> LoopbackHub:
         return self.start()
 
     def __exit__(self, *exc) -> None:
@@ -1040,8 +1164,13 @@ class LoopbackHub:
         own = ("HF_", "HUGGINGFACE_", "HUGGING_FACE_", "TRANSFORMERS_")
         env = {k: v for k, v in base.items() if not k.startswith(own)}
         env.update(
-            HF_ENDPOINT=self.endpoint, HF_TOKEN=self.token, HF_HOME=str(hf_home), HF_HUB_DISABLE_XET="1",
-            HF_HUB_DISABLE_TELEMETRY="1", HF_HUB_DISABLE_UPDATE_CHECK="1", NO_PROXY="127.0.0.1,localhost",
+            HF_ENDPOINT=self.endpoint,
+            HF_TOKEN=self.token,
+            HF_HOME=str(hf_home),
+            HF_HUB_DISABLE_XET="1",
+            HF_HUB_DISABLE_TELEMETRY="1",
+            HF_HUB_DISABLE_UPDATE_CHECK="1",
+            NO_PROXY="127.0.0.1,localhost",
             no_proxy="127.0.0.1,localhost",
         )
         if quiet:
@@ -1052,9 +1181,22 @@ class LoopbackHub:
 
 
 # Variables that would send this process's client to the developer's own cache or token despite HF_HOME.
-_PRIVATE_VARS = ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "HF_ASSETS_CACHE", "HF_XET_CACHE", "HF_MODULES_CACHE",
-                 "TRANSFORMERS_CACHE", "HF_TOKEN_PATH", "HF_STORED_TOKENS_PATH", "HUGGING_FACE_HUB_TOKEN",
-                 "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_HUB_DISABLE_XET", "HF_ENDPOINT", "HF_TOKEN")
+_PRIVATE_VARS = (
+    "HF_HUB_CACHE",
+    "HUGGINGFACE_HUB_CACHE",
+    "HF_ASSETS_CACHE",
+    "HF_XET_CACHE",
+    "HF_MODULES_CACHE",
+    "TRANSFORMERS_CACHE",
+    "HF_TOKEN_PATH",
+    "HF_STORED_TOKENS_PATH",
+    "HUGGING_FACE_HUB_TOKEN",
+    "HF_HUB_OFFLINE",
+    "TRANSFORMERS_OFFLINE",
+    "HF_HUB_DISABLE_XET",
+    "HF_ENDPOINT",
+    "HF_TOKEN",
+)
 
 
 def start_session_hub(**kwargs) -> LoopbackHub:
@@ -1088,8 +1230,13 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--max-seconds", type=float, default=600.0, help="stop after this long (default 600)")
     parser.add_argument("--lfs-mode", default="auto", choices=["auto", "never", "always"])
-    parser.add_argument("--token", action="append", default=[], metavar="TOKEN=USER",
-                        help="accepted token and its user (repeatable); default hf_valid_tester=tester")
+    parser.add_argument(
+        "--token",
+        action="append",
+        default=[],
+        metavar="TOKEN=USER",
+        help="accepted token and its user (repeatable); default hf_valid_tester=tester",
+    )
     args = parser.parse_args(argv)
     tokens = dict(item.split("=", 1) for item in args.token) or None
     hub = LoopbackHub(tokens, lfs_mode=args.lfs_mode, max_seconds=args.max_seconds).start()

@@ -18,6 +18,7 @@ import datasets
 import evaluate
 from sacrebleu.metrics import BLEU
 
+
 _CITATION = """\
 @inproceedings{post-2018-call,
     title = "A Call for Clarity in Reporting {BLEU} Scores",
