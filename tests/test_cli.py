@@ -12,7 +12,8 @@ import torch
 
 from helpers import read_multi30k, subprocess_env
 from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
-from vanilla_transformer.cli import build_parser, main, read_lines
+from vanilla_transformer.cli import build_parser, load_model, main, read_lines
+from vanilla_transformer.precision import fast_attention_implementation
 from vanilla_transformer.tokenization import train_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -191,8 +192,34 @@ def test_bfloat16_weights(checkpoint, lines, tmp_path):
     source.write_text("\n".join(lines[1:4]) + "\n", encoding="utf-8")
     assert main(["translate", "--model", str(path), "--input", str(source), "--output", str(target),
                  "--dtype", "bfloat16", "--beams", "1", "--batch-size", "1", "--device", "cpu"]) == 0
-    bf16 = VanillaTransformerForConditionalGeneration.from_pretrained(path, dtype=torch.bfloat16).eval()
+    # In bfloat16 on a CPU the command uses the eager attention, the fast kernel there (precision.py); kernels round
+    # differently in bfloat16, so the reference uses the same one.
+    bf16 = VanillaTransformerForConditionalGeneration.from_pretrained(
+        path, dtype=torch.bfloat16, attn_implementation=fast_attention_implementation("cpu", torch.bfloat16) or "sdpa"
+    ).eval()
     assert target.read_text(encoding="utf-8").splitlines() == expected(bf16, checkpoint[2], lines[1:4], num_beams=1)
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_dtype_auto_is_bfloat16_only_where_native(checkpoint, lines, tmp_path, monkeypatch, native):
+    # The hardware question is answered by torch (precision.bf16_support); both answers are checked here.
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: native)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
+    path, model, tokenizer = checkpoint
+    loaded, _ = load_model(str(path), dtype="auto", device="cpu")
+    assert loaded.dtype == (torch.bfloat16 if native else torch.float32)
+    assert loaded.config._attn_implementation == ("eager" if native else "sdpa")
+    source, target = tmp_path / "in.en", tmp_path / "out.de"
+    source.write_text("\n".join(lines[1:4]) + "\n", encoding="utf-8")
+    assert main(["translate", "--model", str(path), "--input", str(source), "--output", str(target),
+                 "--dtype", "auto", "--beams", "1", "--batch-size", "1", "--device", "cpu"]) == 0
+    if native:
+        reference = VanillaTransformerForConditionalGeneration.from_pretrained(
+            path, dtype=torch.bfloat16, attn_implementation="eager"
+        ).eval()
+    else:
+        reference = model  # float32, the default attention
+    assert target.read_text(encoding="utf-8").splitlines() == expected(reference, tokenizer, lines[1:4], num_beams=1)
 
 
 def test_help_documents_every_option(capsys):

@@ -38,7 +38,7 @@ from .hub import DEFAULT_COMMIT_MESSAGE
 logger = logging.getLogger("vanilla_transformer.cli")
 
 PROG = "vanilla-transformer"
-DTYPES = ("float32", "bfloat16", "float16")
+DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 
 # ------------------------------------------------------------------------------------------------ translate
@@ -120,18 +120,24 @@ def load_model(model: str, *, revision: str | None = None, dtype: str = "float32
     `trust_remote_code=True` is needed only for a checkpoint whose code differs from the installed package's
     (it is never asked for interactively: without it such a checkpoint is an error).
     """
-    import torch
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
     import vanilla_transformer  # noqa: F401  (registers the config and model with the Auto classes)
 
+    from .precision import fast_attention_implementation, resolve_dtype
+
     if dtype not in DTYPES:
         raise ValueError(f"--dtype {dtype!r} is not one of {list(DTYPES)}.")
     target = resolve_device(device)
+    torch_dtype, reason = resolve_dtype(dtype, target)
+    logger.info("dtype %s (%s)", str(torch_dtype).removeprefix("torch."), reason)
+    # bfloat16 on a CPU: the eager attention is the fast kernel there (see precision.fast_attention_implementation).
+    attention = fast_attention_implementation(target, torch_dtype)
     try:
         tokenizer = AutoTokenizer.from_pretrained(model, revision=revision, trust_remote_code=trust_remote_code)
         seq2seq = AutoModelForSeq2SeqLM.from_pretrained(
-            model, revision=revision, dtype=getattr(torch, dtype), trust_remote_code=trust_remote_code
+            model, revision=revision, dtype=torch_dtype, trust_remote_code=trust_remote_code,
+            **({"attn_implementation": attention} if attention else {}),
         )
     except (OSError, ValueError) as error:  # a missing path, a repo that does not exist, a malformed id, ...
         if "trust_remote_code" in str(error):
@@ -322,7 +328,9 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--device", default="auto",
                    help="torch device: auto (default: cuda, else mps, else cpu), cpu, cuda, cuda:1, mps")
     t.add_argument("--dtype", default=None, choices=DTYPES,
-                   help="dtype of the weights and computation (default float32; --engine transformers)")
+                   help="dtype of the weights and computation (default float32; --engine transformers); auto = "
+                   "bfloat16 where the hardware has it natively (a GPU with bfloat16, a CPU with AVX512_BF16 or AMX), "
+                   "float32 elsewhere")
     t.add_argument("--engine", default="transformers", choices=("transformers", "ctranslate2"),
                    help="transformers (default: the checkpoint and `generate`) or ctranslate2 (--model is a directory "
                    f"written by `{PROG} export ctranslate2`; same translations, faster on CPUs)")
