@@ -76,7 +76,7 @@ _LOSS_CHUNK_VALUES_DEFAULT = 2**26
 class _CrossEntropyTerms(torch.autograd.Function):
     """Per token, from logits `x` [tokens, vocab] (any float dtype) and gold ids `gold` [tokens]: the NLL
     `lse(x) - x[gold]` and the uniform-target term `lse(x) - mean(x)` = mean over the vocabulary of -log p, both in
-    float32, where `lse` is the log-sum-exp. The label-smoothed loss is `(1 - eps) * nll + eps * uniform`.
+    float32 (float64 for float64 logits), where `lse` is the log-sum-exp. The label-smoothed loss is `(1 - eps) * nll + eps * uniform`.
 
     Computed over chunks of rows, so that no float32 [tokens, vocab] tensor (log-probabilities, their gradient) is ever
     whole in memory; the backward recomputes the softmax from the saved logits and writes the gradient
@@ -84,13 +84,14 @@ class _CrossEntropyTerms(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, logits: torch.Tensor, gold: torch.Tensor, rows: int):
-        lse = torch.empty(logits.shape[0], device=logits.device, dtype=torch.float32)
+        dtype = torch.promote_types(logits.dtype, torch.float32)
+        lse = torch.empty(logits.shape[0], device=logits.device, dtype=dtype)
         mean = torch.empty_like(lse)
         for start in range(0, logits.shape[0], rows):
-            chunk = logits[start : start + rows].float()
+            chunk = logits[start : start + rows].to(dtype)
             torch.logsumexp(chunk, dim=-1, out=lse[start : start + rows])
             torch.mean(chunk, dim=-1, out=mean[start : start + rows])
-        gold_logit = logits.gather(-1, gold.unsqueeze(-1)).squeeze(-1).float()
+        gold_logit = logits.gather(-1, gold.unsqueeze(-1)).squeeze(-1).to(dtype)
         ctx.save_for_backward(logits, gold, lse)
         ctx.rows = rows
         return lse - gold_logit, lse - mean
@@ -103,20 +104,21 @@ class _CrossEntropyTerms(torch.autograd.Function):
         offset = (grad_uniform / logits.shape[-1]).unsqueeze(-1)
         for start in range(0, logits.shape[0], ctx.rows):
             rows = slice(start, start + ctx.rows)
-            # The subtraction makes a new tensor (for float32 logits `.float()` is the saved tensor itself); the rest is
-            # in place on it.
-            chunk = (logits[rows].float() - lse[rows].unsqueeze(-1)).exp_().mul_(scale[rows]).sub_(offset[rows])
+            # The subtraction makes a new tensor (for float32 logits `.to(lse.dtype)` is the saved tensor itself); the
+            # rest is in place on it.
+            chunk = (logits[rows].to(lse.dtype) - lse[rows].unsqueeze(-1)).exp_().mul_(scale[rows]).sub_(offset[rows])
             chunk.scatter_add_(-1, gold[rows].unsqueeze(-1), -grad_nll[rows].unsqueeze(-1))
             grad[rows] = chunk
         return grad, None, None
 
 
 def label_smoothed_cross_entropy(
-    logits: torch.Tensor, labels: torch.Tensor, epsilon: float = 0.0, ignore_index: int = -100
+    logits: torch.Tensor, labels: torch.Tensor, epsilon: float = 0.0, ignore_index: int = -100, per_sequence: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Cross-entropy of `logits` [..., vocab] against `labels` [...], with label smoothing `epsilon` (section 5.4),
     summed over the positions whose label is not `ignore_index`. Returns `(loss_sum, nll_sum, n_tokens)`: the smoothed
-    loss, the plain NLL of the same tokens (perplexity is computed from it; it carries no gradient) and their count.
+    loss, the plain NLL of the same tokens (perplexity is computed from it; it carries no gradient) and their count;
+    with `per_sequence`, summed over the last dimension of `labels` only (one value per sequence).
 
     The smoothed target is the one of Szegedy et al. (2016), which the paper cites: `(1 - epsilon) * onehot(gold) +
     epsilon / V` over the whole vocabulary of V tokens, as in `F.cross_entropy(label_smoothing=epsilon)` and
@@ -124,17 +126,18 @@ def label_smoothed_cross_entropy(
     others: a difference of order epsilon / V.) Per token it is `(1 - epsilon) * NLL + epsilon * mean_v(-log p_v)`,
     and both terms come from one log-sum-exp: `NLL = lse - x_gold`, `mean_v(-log p_v) = lse - mean_v(x_v)`.
 
-    Always in float32, whatever the logits' dtype (bfloat16 under autocast): half-precision log-probabilities would
+    In float32 at least, whatever the logits' dtype (bfloat16 under autocast): half-precision log-probabilities would
     lose the small terms of the smoothing sum. In eager mode the work is done in chunks of rows (no float32 [tokens,
     vocab] tensor in memory, see `_CrossEntropyTerms`); under `torch.compile` the same formula is written out and
     the compiler fuses it. Logits of padding positions are computed and ignored: selecting the real ones would need
     their number, a host sync."""
+    shape = labels.shape
     logits = logits.reshape(-1, logits.shape[-1])
     labels = labels.reshape(-1).to(logits.device)
     mask = labels != ignore_index
     gold = labels.masked_fill(~mask, 0)
     if torch.compiler.is_compiling():
-        x = logits.float()
+        x = logits.to(torch.promote_types(logits.dtype, torch.float32))
         lse = torch.logsumexp(x, dim=-1)
         nll = lse - x.gather(-1, gold.unsqueeze(-1)).squeeze(-1)
         uniform = lse - x.mean(dim=-1)
@@ -143,7 +146,10 @@ def label_smoothed_cross_entropy(
         nll, uniform = _CrossEntropyTerms.apply(logits, gold, max(1, values // logits.shape[-1]))
     loss = nll if epsilon == 0 else (1.0 - epsilon) * nll + epsilon * uniform
     zero = nll.new_zeros(())
-    return torch.where(mask, loss, zero).sum(), torch.where(mask, nll.detach(), zero).sum(), mask.sum()
+    sums = (torch.where(mask, loss, zero), torch.where(mask, nll.detach(), zero), mask)
+    if per_sequence:
+        return tuple(t.view(shape).sum(-1) for t in sums)
+    return tuple(t.sum() for t in sums)
 
 
 def eager_attention_forward(
@@ -716,7 +722,7 @@ class VanillaTransformerSeq2SeqLMOutput(Seq2SeqLMOutput):
 
     Args:
         nll_loss: the cross-entropy without label smoothing, of the same tokens and normalized like `loss` (equal to
-            it when `label_smoothing` is 0); perplexity is `exp` of it. Carries no gradient.
+            it when `epsilon_ls` is 0); perplexity is `exp` of it. Carries no gradient.
         num_target_tokens: the number of target tokens the loss is over (labels that are not -100).
     """
 
@@ -785,18 +791,20 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         labels: torch.LongTensor | None = None,
         use_cache: bool | None = None,
         num_items_in_batch: int | torch.Tensor | None = None,
-        label_smoothing: float = 0.0,
+        epsilon_ls: float = 0.0,
         **kwargs,
     ) -> VanillaTransformerSeq2SeqLMOutput:
         r"""`labels` [batch, target_length], padded with -100: the loss is the cross-entropy of the next token,
         averaged over target tokens, or summed and divided by `num_items_in_batch` when the Trainer passes it (the
         target tokens of the whole optimizer step), so that gradient accumulation and data parallelism give the same
-        loss and gradients. `label_smoothing` (section 5.4: 0.1; default 0, the plain cross-entropy) smooths the
-        target as `label_smoothed_cross_entropy` describes; the output's `nll_loss` is then the unsmoothed NLL. The
-        loss is computed in float32 whatever the logits' dtype. Other `kwargs` as for `VanillaTransformerModel.forward`."""
+        loss and gradients. `epsilon_ls` is section 5.4's label smoothing (the paper's 0.1; default 0, the plain
+        cross-entropy; named as in the paper because the Trainer takes every `forward` argument whose name contains
+        "label" for a label column), applied as `label_smoothed_cross_entropy` describes; the output's `nll_loss` is
+        then the unsmoothed NLL. The loss is computed in float32 whatever the logits' dtype. Other `kwargs` as for
+        `VanillaTransformerModel.forward`."""
         if labels is not None:
-            if not 0.0 <= label_smoothing < 1.0:
-                raise ValueError(f"`label_smoothing` must be in [0, 1), got {label_smoothing!r} (the paper uses 0.1).")
+            if not 0.0 <= epsilon_ls < 1.0:
+                raise ValueError(f"`epsilon_ls` must be in [0, 1), got {epsilon_ls!r} (the paper uses 0.1).")
             use_cache = False
             if decoder_input_ids is None and decoder_inputs_embeds is None:
                 decoder_input_ids = self.prepare_decoder_input_ids_from_labels(labels)
@@ -820,7 +828,7 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         if labels is not None:
             if labels.shape[0] != logits.shape[0]:
                 raise ValueError(f"`labels` has {labels.shape[0]} rows but the batch has {logits.shape[0]}.")
-            loss_sum, nll_sum, num_target_tokens = label_smoothed_cross_entropy(logits, labels, label_smoothing)
+            loss_sum, nll_sum, num_target_tokens = label_smoothed_cross_entropy(logits, labels, epsilon_ls)
             denominator = num_items_in_batch if num_items_in_batch is not None else num_target_tokens.clamp(min=1)
             if isinstance(denominator, torch.Tensor):
                 denominator = denominator.to(loss_sum.device)
