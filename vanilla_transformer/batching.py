@@ -51,6 +51,8 @@ class TokenBatchSampler(torch.utils.data.Sampler[list[int]]):
         seed: seeds the tie-breaking and the epoch shuffles; must be equal on all ranks.
         num_replicas, rank: data-parallel world size and this process's index.
         max_sentences: optional cap on pairs per batch (fairseq's `--batch-size`).
+        pad_to_multiple_of: the collator pads each batch to a multiple of this many tokens (e.g. 8, which
+            bfloat16/float16 matrix kernels like); the budget then counts the lengths rounded up to it.
     """
 
     def __init__(
@@ -64,6 +66,7 @@ class TokenBatchSampler(torch.utils.data.Sampler[list[int]]):
         num_replicas: int = 1,
         rank: int = 0,
         max_sentences: int | None = None,
+        pad_to_multiple_of: int | None = None,
     ) -> None:
         src, tgt = np.asarray(src_lengths), np.asarray(tgt_lengths)
         if src.ndim != 1 or tgt.ndim != 1 or len(src) != len(tgt) or len(src) == 0:
@@ -86,18 +89,24 @@ class TokenBatchSampler(torch.utils.data.Sampler[list[int]]):
             raise ValueError(f"`rank` must be in [0, {num_replicas}) for num_replicas={num_replicas}, got {rank!r}.")
         if max_sentences is not None and (not isinstance(max_sentences, int) or max_sentences < 1):
             raise ValueError(f"`max_sentences` must be a positive integer or None, got {max_sentences!r}.")
+        if pad_to_multiple_of is not None and (not isinstance(pad_to_multiple_of, int) or pad_to_multiple_of < 1):
+            raise ValueError(f"`pad_to_multiple_of` must be a positive integer or None, got {pad_to_multiple_of!r}.")
         sizes = np.maximum(src, tgt)
+        if pad_to_multiple_of:
+            sizes = -(-sizes // pad_to_multiple_of) * pad_to_multiple_of  # what the collator pads a batch to
         too_long = np.flatnonzero(sizes > max_tokens)
         if len(too_long):
             i = int(too_long[0])
             raise ValueError(
-                f"Example {i} (source {src[i]} tokens, target {tgt[i]} tokens) alone exceeds `max_tokens`={max_tokens}"
+                f"Example {i} (source {src[i]} tokens, target {tgt[i]} tokens"
+                f"{f', padded to {sizes[i]}' if pad_to_multiple_of else ''}) alone exceeds `max_tokens`={max_tokens}"
                 f"{f', as do {len(too_long) - 1} more' if len(too_long) > 1 else ''}: raise `max_tokens` to at least "
                 f"{int(sizes.max())}, or drop long pairs with `tokenize_corpus(max_length=...)` <= max_tokens."
             )
 
         self.max_tokens = int(max_tokens)
         self.max_sentences = max_sentences
+        self.pad_to_multiple_of = pad_to_multiple_of
         self.shuffle = shuffle
         self.seed = seed
         self.num_replicas = num_replicas
