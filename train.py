@@ -382,7 +382,10 @@ def main(argv: list[str] | None = None) -> dict:
         train_dataset=tokenized["train"],
         eval_dataset=eval_dataset,
         processing_class=tokenizer,
-        data_collator=DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=-100),
+        # Without `model=`: the model builds the decoder input from the labels itself, on the device.
+        data_collator=DataCollatorForSeq2Seq(
+            tokenizer, label_pad_token_id=-100, pad_to_multiple_of=training_args.pad_to_multiple_of
+        ),
         callbacks=[limit] if limit else None,
     )
     if limit and trainer.pop_callback(ProgressCallback):  # the progress bar counts the time limit, not max_steps
@@ -469,6 +472,9 @@ def collect_results(trainer, tokenizer, train_split, model_args, data_args, trai
             "hardware": f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPU cores, torch threads "
                         f"{torch.get_num_threads()}" + (f", {torch.cuda.get_device_name()}" if torch.cuda.is_available() else ""),
             "world_size": args.world_size,
+            # What the step ran in, and why (bf16="auto" follows the hardware; see vanilla_transformer.precision).
+            "precision": {"mixed_precision": args.mixed_precision, "reason": getattr(args, "precision_reason", None),
+                          "attention": config._attn_implementation, "torch_compile": args.torch_compile},
             "final_train_loss": train_result.training_loss,
             "hyperparameters": {
                 "max_tokens": args.max_tokens, "warmup_steps": args.warmup_steps, "lr_factor": args.lr_factor,

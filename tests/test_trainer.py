@@ -439,7 +439,8 @@ limit = t.TimeLimit(2.5, clock=t.fake_clock(60 if rank == 0 else 90))
 trainer = t.make_trainer(work + "/limited", t.tiny_model(tok), tok, corpus, [limit], max_steps=50)
 # Each process trains on its own token batches, all of them (the sampler shards itself; accelerate must not again).
 batches = [len(batch["input_ids"]) for batch in trainer.get_train_dataloader()]
-own = [len(b) for b in t.TokenBatchSampler.from_dataset(corpus["train"], 400, seed=0, num_replicas=2, rank=rank)]
+own = [len(b) for b in t.TokenBatchSampler.from_dataset(corpus["train"], 400, seed=0, num_replicas=2, rank=rank,
+                                                         pad_to_multiple_of=trainer.args.pad_to_multiple_of)]
 trainer.train()
 
 # 2. Evaluation on 30 sentences in batches of 10: 3 batches for 2 processes.

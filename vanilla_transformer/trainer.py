@@ -45,19 +45,23 @@ from dataclasses import dataclass, field
 from functools import partial
 
 import datasets
+import numpy as np
 import torch
-import torch.nn.functional as F
 from accelerate.data_loader import prepare_data_loader
 from accelerate.utils import broadcast
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 from transformers import ProgressCallback, Seq2SeqTrainer, Seq2SeqTrainingArguments, TrainerCallback
 from transformers.trainer import SCHEDULER_NAME, TRAINER_STATE_NAME
+from transformers.modeling_outputs import BaseModelOutput
 from transformers.trainer_utils import SchedulerType, seed_worker
+from transformers.training_args import OptimizerNames
 
 from .averaging import CHECKPOINT_RE, complete_checkpoints, is_complete_checkpoint
 from .batching import TokenBatchSampler
 from .metrics import make_compute_metrics
+from .modeling_vanilla_transformer import label_smoothed_cross_entropy
+from .precision import bf16_support, fast_attention_implementation
 from .schedule import NoamLR, peak_learning_rate
 
 logger = logging.getLogger(__name__)
@@ -91,6 +95,14 @@ class VanillaTrainingArguments(Seq2SeqTrainingArguments):
     max_sentences: int | None = field(
         default=None, metadata={"help": "Optional cap on the number of sentences in a token-based batch."}
     )
+    pad_to_multiple_of: int | None = field(
+        default=8,
+        metadata={
+            "help": "Batches are padded to a multiple of this many tokens (the collator's `pad_to_multiple_of`; "
+            "bfloat16/float16 matrix kernels work on blocks of 8 or 16) and the token budget counts that padding. "
+            "Also bounds the distinct shapes `torch_compile` sees. None: pad to the longest sequence."
+        },
+    )
 
     # The paper's values for fields of TrainingArguments (a dataclass field redeclared in a subclass keeps its
     # place and takes the new default).
@@ -114,8 +126,27 @@ class VanillaTrainingArguments(Seq2SeqTrainingArguments):
         default=False,
         metadata={"help": "Every parameter gets a gradient in every step, so DDP need not search for unused ones."},
     )
+    # Mixed precision: `bf16` also takes "auto" (the presets' value), resolved in __post_init__ to a bool.
+    bf16: str = field(
+        default="false",
+        metadata={
+            "help": "bfloat16 mixed precision (autocast; float32 master weights, Adam state and loss): true, false, or "
+            "auto = on where the hardware has bfloat16 natively (a CUDA GPU with bfloat16; a CPU with AVX512_BF16 or "
+            "AMX), off elsewhere. The log and results.json say which was used and why.",
+            "nargs": "?",
+            "const": "true",
+        },
+    )
+    logging_nan_inf_filter: bool = field(
+        default=False,
+        metadata={
+            "help": "Skip NaN/inf losses in the logged training loss. Off: the check reads the loss on the host after "
+            "every micro-batch, a GPU sync and a break in compiled graphs."
+        },
+    )
 
     def __post_init__(self):
+        self._resolve_bf16()
         super().__post_init__()
         if not 0.0 <= self.label_smoothing < 1.0:
             raise ValueError(f"`label_smoothing` must be in [0, 1), got {self.label_smoothing!r} (the paper uses 0.1).")
@@ -130,34 +161,51 @@ class VanillaTrainingArguments(Seq2SeqTrainingArguments):
                 f"`label_smoothing_factor`={self.label_smoothing_factor!r} selects the Trainer's own label smoother, "
                 f"which this trainer replaces: set `label_smoothing` instead and leave `label_smoothing_factor` at 0."
             )
+        value = self.pad_to_multiple_of
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
+            raise ValueError(f"`pad_to_multiple_of` must be a positive integer or None, got {value!r} (e.g. 8).")
+
+    def _resolve_bf16(self) -> None:
+        """`bf16` as a bool (the Trainer's type), from True/False, "true"/"false" or "auto"; `precision_reason` says
+        why, for the log and results.json. Runs before the Trainer's own `__post_init__`, which reads `bf16`."""
+        value = self.bf16
+        if isinstance(value, str):
+            word = value.strip().lower()
+            if word == "auto":
+                if self.fp16:
+                    self.bf16, self.precision_reason = False, "fp16 asked for"
+                    return
+                native, reason = bf16_support(self._training_device_type())
+                self.bf16, self.precision_reason = native, f"bf16=auto: {reason}"
+                return
+            if word not in ("true", "false", "yes", "no", "1", "0"):
+                raise ValueError(f"`bf16` must be true, false or auto, got {value!r}.")
+            value = word in ("true", "yes", "1")
+        self.bf16 = bool(value)
+        self.precision_reason = "bf16 asked for" if self.bf16 else ("fp16 asked for" if self.fp16 else "float32")
+        if self.bf16:
+            native, reason = bf16_support(self._training_device_type())
+            if not native:
+                logger.warning("bf16 asked for, but %s.", reason)
+
+    def _training_device_type(self) -> str:
+        # The device the Trainer will pick, known before `TrainingArguments.__post_init__` sets it up.
+        accelerator = torch.accelerator.current_accelerator()
+        return "cpu" if self.use_cpu or accelerator is None else accelerator.type
 
 
 def label_smoothed_nll_loss(
     logits: torch.Tensor, labels: torch.Tensor, epsilon: float, ignore_index: int = -100, *, per_sequence: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Label-smoothed cross-entropy of section 5.4, summed over the target tokens.
-
-    The smoothed target distribution is the one of Szegedy et al. (2016), which the paper cites:
-    `q = (1 - epsilon) * onehot(gold) + epsilon / V` over the whole vocabulary of size V (the gold token
-    gets `1 - epsilon + epsilon / V`). It is the convention of `F.cross_entropy(label_smoothing=...)` and
-    of transformers' `LabelSmoother`. fairseq instead gives the gold token exactly `1 - epsilon` and spreads
-    `epsilon / (V - 1)` over the other tokens: a slightly different loss (the difference is of order
-    `epsilon / V`, negligible for V ~ 37000).
-    Written out, the loss per token is `(1 - epsilon) * NLL + epsilon * mean_v(-log p_v)`.
+    """Label-smoothed cross-entropy of section 5.4, summed over the target tokens: the model's own
+    `label_smoothed_cross_entropy` (see there for the smoothed target, Szegedy et al.'s `(1 - epsilon) * onehot +
+    epsilon / V`, as `F.cross_entropy(label_smoothing=...)`; fairseq's differs by order epsilon / V).
 
     Returns `(smoothed_sum, nll_sum, n_tokens)`, the sums running over positions whose label is not
     `ignore_index`; the plain NLL is what perplexity is computed from. With `per_sequence=True` they are summed
     over the last dimension only: one value per sequence (evaluation gathers them per sentence).
     """
-    # In float32 at least: half-precision log-probabilities would lose the small terms of the smoothing sum.
-    log_probs = F.log_softmax(logits, dim=-1, dtype=torch.promote_types(logits.dtype, torch.float32))
-    mask = labels.ne(ignore_index)
-    gold = labels.masked_fill(~mask, 0).unsqueeze(-1)
-    nll = -log_probs.gather(-1, gold).squeeze(-1)
-    uniform = -log_probs.mean(dim=-1)
-    smoothed = (1.0 - epsilon) * nll + epsilon * uniform
-    sums = (smoothed.masked_fill(~mask, 0.0), nll.masked_fill(~mask, 0.0), mask)
-    return tuple(t.sum(-1) for t in sums) if per_sequence else tuple(t.sum() for t in sums)
+    return label_smoothed_cross_entropy(logits, labels, epsilon, ignore_index, per_sequence=per_sequence)
 
 
 class VanillaTransformerTrainer(Seq2SeqTrainer):
@@ -198,10 +246,27 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
                 f"`compute_metrics` and no tokenizer to build one: pass `processing_class=tokenizer` (with "
                 f"`predict_with_generate=True`), or set `metric_for_best_model='loss'`."
             )
+        self._use_fast_attention()
         # Sums of (smoothed loss, NLL, target tokens) since the last log, for training and for evaluation.
         self._loss_sums = {split: torch.zeros(3, device=self.args.device) for split in ("train", "eval")}
         self._eval_sentence_sums = None  # the current evaluation batch's sums, one row per sentence
         self._noam_scheduler = None  # the paper's schedule, when `create_scheduler` built it
+
+    def _use_fast_attention(self) -> None:
+        """Log the precision and why; in bfloat16 on a CPU, switch the model to the eager attention, the fast kernel
+        there (precision.fast_attention_implementation; not saved: checkpoints keep the default)."""
+        precision = {"bf16": "bfloat16 autocast", "fp16": "float16 autocast"}.get(self.args.mixed_precision, "float32")
+        logger.info("Precision: %s on %s (%s).", precision, self.args.device,
+                    getattr(self.args, "precision_reason", "set by the arguments"))
+        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(self.args.mixed_precision, torch.float32)
+        attention = fast_attention_implementation(self.args.device, dtype)
+        model = self.accelerator.unwrap_model(self.model)
+        config = getattr(model, "config", None)
+        if attention and getattr(config, "_attn_implementation", attention) == "sdpa" and hasattr(
+            model, "set_attn_implementation"
+        ):
+            model.set_attn_implementation(attention)
+            logger.info("Attention: %s (torch's SDPA kernel is the slow one in %s on a CPU).", attention, precision)
 
     # ---- Resuming ----
 
@@ -278,19 +343,45 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
 
     # ---- Optimizer and schedule (section 5.3) ----
 
+    # `optim` values that mean the paper's Adam (with weight_decay=0, the default, Adam and AdamW are the same update);
+    # the fused one is TrainingArguments' default. Any other `optim` gets the Trainer's own optimizer.
+    PAPER_OPTIMIZERS = {OptimizerNames.ADAMW_TORCH_FUSED: True, OptimizerNames.ADAMW_TORCH: False}
+
     def create_optimizer(self, model=None):
-        if self.optimizer is None and self.optimizer_cls_and_kwargs is None:
+        optim = OptimizerNames(self.args.optim)
+        if self.optimizer is None and self.optimizer_cls_and_kwargs is None and optim in self.PAPER_OPTIMIZERS:
             opt_model = self.model if model is None else model
             # `parameters()` lists each tied weight once (shared embedding = lm_head).
             params = [p for p in opt_model.parameters() if p.requires_grad]
+            # Fused: one kernel updates every parameter (CPU and CUDA), instead of a loop of small ops per tensor.
+            fused = self.PAPER_OPTIMIZERS[optim] and all(p.is_floating_point() for p in params)
             self.optimizer = torch.optim.Adam(
                 params,
                 lr=self.args.learning_rate,  # replaced by the scheduler before the first update
                 betas=(self.args.adam_beta1, self.args.adam_beta2),
                 eps=self.args.adam_epsilon,
                 weight_decay=self.args.weight_decay,
+                fused=fused,
             )
+            logger.info("Optimizer: the paper's Adam (section 5.3)%s.", ", fused" if fused else "")
+        elif self.optimizer is None and self.optimizer_cls_and_kwargs is None:
+            logger.info("Optimizer: `optim`=%s, the Trainer's (not the paper's Adam).", optim.value)
         return super().create_optimizer(model)
+
+    def _get_grad_norm(self, model, grad_norm=None):
+        """The gradient norm, for the logs. Without clipping (`max_grad_norm=0`, the paper's) the Trainer computes it
+        after every update, an extra pass over all gradients (`clip_grad_norm_(params, inf)`, which also multiplies
+        them by 1.0) and a host sync when read: here only before an update whose step will be logged."""
+        if grad_norm is None and not self._logs_next_step():
+            return None
+        return super()._get_grad_norm(model, grad_norm=grad_norm)
+
+    def _logs_next_step(self) -> bool:
+        args, step = self.args, self.state.global_step + 1  # the update about to be made
+        if args.logging_strategy != "steps":
+            return True  # epoch-wise logs: no cheap way to know the last update of the epoch here
+        every = self.state.logging_steps or args.logging_steps
+        return (args.logging_first_step and step == 1) or (every and step % every == 0) or step >= self.state.max_steps
 
     def create_scheduler(self, num_training_steps: int, optimizer: torch.optim.Optimizer | None = None):
         if self.lr_scheduler is None and SchedulerType(self.args.lr_scheduler_type) == SchedulerType.INVERSE_SQRT:
@@ -323,35 +414,39 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
                 f"The batch has no `labels` (keys: {sorted(inputs)}): the training data must hold the tokenized "
                 f"targets in a `labels` column."
             )
+        if model.training:
+            # The model computes the loss (label-smoothed, float32, fused: `label_smoothed_cross_entropy`), so that
+            # it is part of a compiled graph under `torch_compile`; it builds the decoder input from the labels.
+            outputs = model(
+                **inputs, epsilon_ls=self.args.label_smoothing, num_items_in_batch=num_items_in_batch,
+                use_cache=False,
+            )
+            loss = outputs.loss
+            # The sums for the logs, from the normalized losses (no host sync: tensors are added up).
+            denominator = outputs.num_target_tokens.clamp(min=1) if num_items_in_batch is None else num_items_in_batch
+            sums = torch.stack([loss.detach() * denominator, outputs.nll_loss * denominator,
+                                outputs.num_target_tokens.to(loss.dtype)])
+            self._loss_sums["train"] += sums.to(self._loss_sums["train"])
+            if num_items_in_batch is not None and self.args.average_tokens_across_devices:
+                # `num_items_in_batch` is then the count over all processes, and DDP averages the gradients over the
+                # processes: multiply back by their number.
+                loss = loss * self.accelerator.num_processes
+            return (loss, outputs) if return_outputs else loss
+
+        # Evaluation: the loss sentence by sentence (gathered per sentence in `prediction_step`), and no KV cache.
         inputs = dict(inputs)
         labels = inputs.pop("labels")
-        # The model is called without labels (so that it does not compute its own, unsmoothed loss); the decoder
-        # input is then the labels shifted right, made by the model's own method (the collator may have done it).
         if "decoder_input_ids" not in inputs:
             inputs["decoder_input_ids"] = self.accelerator.unwrap_model(model).prepare_decoder_input_ids_from_labels(
                 labels
             )
-        outputs = model(**inputs)
+        outputs = model(**inputs, use_cache=False)
         logits = outputs["logits"] if isinstance(outputs, dict) else outputs[0]
         smoothed, nll, tokens = label_smoothed_nll_loss(
             logits, labels.to(logits.device), self.args.label_smoothing, per_sequence=True
         )
-        smoothed_sum, n_tokens = smoothed.sum(), tokens.sum()
-
-        if num_items_in_batch is not None:
-            # Token count of the whole optimizer step; with `average_tokens_across_devices` it is the count over all
-            # processes, and DDP averages the gradients over the processes, so multiply back by their number.
-            loss = smoothed_sum / num_items_in_batch
-            if self.args.average_tokens_across_devices:
-                loss = loss * self.accelerator.num_processes
-        else:
-            loss = smoothed_sum / n_tokens.clamp(min=1)
-
-        per_sentence = torch.stack([smoothed.detach(), nll.detach(), tokens.to(smoothed.dtype)], dim=-1)
-        if model.training:
-            self._loss_sums["train"] += per_sentence.sum(0).to(self._loss_sums["train"])
-        else:  # gathered sentence by sentence in `prediction_step`
-            self._eval_sentence_sums = per_sentence
+        loss = smoothed.sum() / tokens.sum().clamp(min=1)
+        self._eval_sentence_sums = torch.stack([smoothed, nll, tokens.to(smoothed.dtype)], dim=-1)
         return (loss, outputs) if return_outputs else loss
 
     def _take_loss_sums(self, split: str) -> tuple[float, float, float]:
@@ -388,17 +483,21 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
 
     def _generate_step(self, model, inputs, **gen_kwargs):
         inputs = self._prepare_inputs(inputs)
-        loss = labels = None
+        loss = labels = encoder_outputs = None
         if "labels" in inputs:
             # This trainer's (smoothed) loss, where `Seq2SeqTrainer` would take the model's own plain one.
             with torch.no_grad(), self.compute_loss_context_manager():
-                loss = self.compute_loss(model, inputs).detach()
-            labels = inputs["labels"]
+                loss, outputs = self.compute_loss(model, inputs, return_outputs=True)
+            loss, labels = loss.detach(), inputs["labels"]
+            # The source's encoding, computed for the loss, is what generation starts from: not encoded twice.
+            encoder_outputs = BaseModelOutput(last_hidden_state=outputs["encoder_last_hidden_state"])
         # Translate the source alone. Not through `Seq2SeqTrainer.prediction_step`: it fills the model's generation
         # config with the library defaults (max_length=20, ...), which every later checkpoint would then save, and
         # pads the outputs to that length; the evaluation loop pads the batches to a common width anyway (-100).
         kwargs = {k: v for k, v in {**getattr(self, "_gen_kwargs", {}), **gen_kwargs}.items() if v is not None}
         source = {k: v for k, v in inputs.items() if k not in ("labels", "decoder_input_ids", "decoder_attention_mask")}
+        if encoder_outputs is not None:
+            kwargs["encoder_outputs"] = encoder_outputs
         generated = self.accelerator.unwrap_model(model).generate(**source, **kwargs)
         if generated.shape[0] != source["input_ids"].shape[0]:
             raise ValueError(
@@ -431,6 +530,16 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
             output.metrics[f"{metric_key_prefix}_ppl"] = math.exp(min(nll_sum / tokens, 100.0))
         return output
 
+    def get_eval_dataloader(self, eval_dataset=None):
+        """The evaluation split sorted by source length, longest first, so that a batch holds sentences of similar
+        length: beam search then pads little (scores are per sentence pair and do not depend on the order)."""
+        dataset = self.eval_dataset if eval_dataset is None else eval_dataset
+        if isinstance(dataset, datasets.Dataset) and {"input_ids"} <= set(dataset.column_names):
+            lengths = dataset.with_format("arrow").select_columns(["input_ids"])[:]
+            lengths = lengths.column("input_ids").combine_chunks().value_lengths().to_numpy()
+            eval_dataset = dataset.select(np.argsort(-lengths, kind="stable"))
+        return super().get_eval_dataloader(eval_dataset)
+
     # ---- Token-based batches (section 5.1) ----
 
     def get_train_dataloader(self) -> DataLoader:
@@ -454,6 +563,7 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
             num_replicas=self.accelerator.num_processes,
             rank=self.accelerator.process_index,
             max_sentences=self.args.max_sentences,
+            pad_to_multiple_of=self.args.pad_to_multiple_of,
         )
         dataset = self._remove_unused_columns(dataset, description="training")
         params = {
