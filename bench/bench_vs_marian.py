@@ -1,33 +1,43 @@
-"""Benchmark: this package's Transformer against transformers' `MarianMTModel` built as the same architecture.
+"""Benchmark: this package's Transformer against transformers' `MarianMTModel` built as the same architecture, in
+float32 and in bfloat16, eager and compiled, with MFU against this machine's measured peak.
 
 What is timed, for each preset (`small`, `base`):
 
-- a training step: forward with `labels` (token-mean cross-entropy) + backward, model in `train()` mode with
-  the preset's dropout, on a padded batch of real Multi30k EN->DE sentences;
+- a training step: forward with `labels` and the loss, backward, and the optimizer update (torch's fused Adam, the
+  same code for every model), model in `train()` mode with the preset's dropout, on a padded batch of real Multi30k
+  EN->DE sentences. Ours computes its training loss, label-smoothed (epsilon 0.1) cross-entropy, inside the model;
+  Marian its own plain cross-entropy (less work than smoothing);
 - beam-4 generation (`eval()`, `no_grad`, KV cache) of a padded batch of Multi30k source sentences.
 
-Three models see the *same input tensors*, interleaved in one process (round-robin, rotating who goes first):
+Variants, all timed on the *same input tensors*, interleaved in one process (round-robin, rotating who goes first):
 
-- `marian`: `MarianMTModel` with ReLU, post-norm, sinusoidal positions, sqrt(d_model)-scaled embeddings shared by
-  encoder, decoder and output projection, the preset's sizes and dropout;
-- `ours`: `VanillaTransformerForConditionalGeneration`, the paper default (no biases in W_Q, W_K, W_V, W_O);
-- `ours+bias`: the same with `attention_bias=True`, which has exactly Marian's trainable parameters. Marian gets
-  this model's weights (and its positional table), and the script checks that both then compute the same logits
-  and generate the same tokens, so the comparison is between two implementations of one function.
+- `ours fp32`, `marian fp32`: float32, torch's SDPA attention (both models' default);
+- `ours bf16`, `marian bf16` (with `--dtype float32,bfloat16`): training under `torch.autocast(bfloat16)` with
+  float32 master weights (the Trainer's `--bf16`); generation with the model cast whole to bfloat16 (`translate
+  --dtype bfloat16`). On a CPU both models then use the eager attention (two bfloat16 matmuls and a float32 softmax):
+  torch's CPU SDPA kernel is slow in bfloat16 (see `vanilla_transformer/precision.py`); Marian gets the same choice;
+- `ours bf16+compile` (with `--compile`): the same, the model wrapped in `torch.compile` (training only; the first,
+  untimed run compiles, and its time is printed);
+- `ours+bias fp32`: ours with `attention_bias=True`, which has exactly Marian's trainable parameters. Marian gets
+  this model's weights (and its positional table), and the script checks that both then compute the same logits and
+  generate the same tokens: their ratio is the noise floor of the run.
 
-It prints the median and inter-quartile range of each model's time and the ratio ours / Marian (< 1 means ours is
-faster), both as the ratio of medians and as the median of the per-repetition ratios (each repetition times every
-model back to back, so the paired ratio is less sensitive to other load on the machine); each for two clocks: wall
-time, and the CPU time of the process (which leaves out the time spent waiting for a core on a shared machine;
-with `--threads 1` it is the steadier figure). Since `ours+bias` and `marian` compute the same function, their
-ratio shows the noise floor of the run. `--profile` adds a breakdown of where the time goes (attention
-projections, attention core, FFN, LayerNorm, embeddings, output projection, loss, generation loop, logits
-processors, KV cache), with operator counts and host syncs, for `ours` and `marian`, from `torch.profiler`.
+It prints, per variant, the median and inter-quartile range of the time on two clocks: wall time, and the CPU time of
+the process (which leaves out the time spent waiting for a core on a shared machine; with `--threads 1` it is the
+steadier figure); target tokens per second; the speed-up over `ours fp32` and the ratio to Marian in the same
+precision, both as the median of the per-round ratios (each round runs every variant back to back, so the paired
+ratio is less sensitive to load); and the MFU of the training step: its FLOPs (counted by `torch.utils.flop_counter`
+on the padded batch, forward and backward; the optimizer is not counted) per second of CPU time, over this machine's
+bfloat16 GEMM peak, which `machine_peak.py` measures at the start of the run with the same threads. `--profile` adds
+a breakdown of where the time goes per kind of op (attention projections, attention core, FFN, LayerNorm,
+embeddings, output projection, loss, generation loop, logits processors, KV cache), with operator counts and host
+syncs, for ours and Marian in the lowest precision asked for, and for ours in float32.
 
 Run from the repository root:
-    python bench/bench_vs_marian.py                      # small + base, CPU, float32, all cores
+    python bench/bench_vs_marian.py --threads 1                                  # small + base, float32
+    python bench/bench_vs_marian.py --threads 1 --dtype float32,bfloat16 --compile
     python bench/bench_vs_marian.py --presets small --reps 9 --profile
-    python bench/bench_vs_marian.py --device cuda --dtype bfloat16 --train-batch 256 --gen-batch 64
+    python bench/bench_vs_marian.py --device cuda --dtype float32,bfloat16 --compile --train-batch 256 --gen-batch 64
 
 This is a benchmark, not a test: it asserts nothing about speed.
 """
@@ -35,6 +45,7 @@ This is a benchmark, not a test: it asserts nothing about speed.
 from __future__ import annotations
 
 import argparse
+import copy
 import logging
 import os
 import platform
@@ -42,6 +53,7 @@ import statistics
 import sys
 import time
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing here needs the Hub
@@ -50,6 +62,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import torch  # noqa: E402
 import transformers  # noqa: E402
 from torch.autograd.profiler import record_function  # noqa: E402
+from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 from transformers import GenerationConfig, MarianConfig, MarianMTModel  # noqa: E402
 
 # Run as a script from a checkout: make the package importable without installing it.
@@ -57,17 +70,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration  # noqa: E402
 from vanilla_transformer.modeling_vanilla_transformer import sinusoidal_position_encoding  # noqa: E402
+from vanilla_transformer.precision import bf16_support, fast_attention_implementation  # noqa: E402
 
 from _data import MULTI30K, read_lines  # noqa: E402  (bench/, the script's directory)
+from machine_peak import cpu_flags, measure_peaks  # noqa: E402
 
 
-# Per-preset defaults, chosen so that the default run (small + base, 2 CPU cores) stays within ~6 minutes.
-# `base` is ~8x the compute of `small`, hence smaller batches and fewer repetitions on CPU.
+# Per-preset defaults, chosen so that a run of small + base with both dtypes and --compile stays within ~10 minutes
+# on 2 CPU cores. `base` is ~8x the compute of `small`, hence smaller batches and fewer repetitions on CPU.
 PRESET_DEFAULTS = {
     "small": dict(train_batch=32, gen_batch=16, reps=5, new_tokens=16),
     "base": dict(train_batch=12, gen_batch=4, reps=3, new_tokens=12),
     "big": dict(train_batch=8, gen_batch=4, reps=3, new_tokens=12),
 }
+SHORT = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
+LABEL_SMOOTHING = 0.1  # section 5.4: what ours computes in training
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -173,7 +190,8 @@ def check_tying(model: torch.nn.Module, name: str) -> None:
         raise RuntimeError(f"{name}: embeddings are not three-way tied; the comparison would not be like for like.")
 
 
-def build_models(preset: str, vocab_size: int, max_positions: int, device: torch.device, dtype: torch.dtype, seed: int):
+def build_models(preset: str, vocab_size: int, max_positions: int, device: torch.device, seed: int):
+    """The three float32 models: ours, ours+bias, and Marian with ours+bias's weights."""
     torch.manual_seed(seed)
     config = VanillaTransformerConfig.from_preset(preset, vocab_size=vocab_size)
     ours = VanillaTransformerForConditionalGeneration(config)
@@ -185,7 +203,7 @@ def build_models(preset: str, vocab_size: int, max_positions: int, device: torch
     models = {"marian": marian, "ours": ours, "ours+bias": ours_bias}
     for name, model in models.items():
         check_tying(model, name)
-        model.to(device=device, dtype=dtype)
+        model.to(device=device)
     return config, models
 
 
@@ -207,9 +225,9 @@ def print_differences(config: VanillaTransformerConfig, models: dict) -> None:
         "  remaining differences: Marian always has biases in W_Q/W_K/W_V/W_O (ours only with attention_bias=True); "
         "Marian's sinusoids are not interleaved (all sines, then all cosines: a frozen table, the 'frozen' column; "
         "here it is overwritten with ours for the equivalence check, which changes values, not work); Marian adds "
-        "final_logits_bias (a zero buffer) to the logits; ours takes the loss on float32 logits, Marian in the "
-        "model dtype (the same in float32); Marian builds its masks with transformers.masking_utils, ours by hand; "
-        "ours validates token ids and masks at every call."
+        "final_logits_bias (a zero buffer) to the logits; in training ours computes the label-smoothed loss in "
+        "float32, Marian the plain cross-entropy in the compute dtype; ours checks token ids and masks on CPU in "
+        "eager mode."
     )
 
 
@@ -227,12 +245,70 @@ def check_equivalence(ours_bias, marian, batch: dict, gen_batch: dict, gen_confi
     gen_marian = marian.generate(**_gen_inputs(gen_batch), generation_config=gen_config)
     same_tokens = gen_ours.shape == gen_marian.shape and bool((gen_ours == gen_marian).all())
     print(
-        f"  equivalence ours+bias vs marian (copied weights): max |logit diff| {diff:.2e} (max |logit| {scale:.1f}); "
-        f"generated tokens identical: {same_tokens}; output shape {tuple(gen_ours.shape)}"
+        f"  equivalence ours+bias vs marian (copied weights, float32): max |logit diff| {diff:.2e} (max |logit| "
+        f"{scale:.1f}); generated tokens identical: {same_tokens}; output shape {tuple(gen_ours.shape)}"
     )
-    tolerance = 1e-3 if next(ours_bias.parameters()).dtype == torch.float32 else 3e-2  # bfloat16: ~3 digits
-    if diff > tolerance * max(scale, 1.0):
+    if diff > 1e-3 * max(scale, 1.0):
         raise RuntimeError("ours+bias and Marian compute different logits: the architectures do not match.")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Variants: a model, a precision, eager or compiled.
+# ----------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Variant:
+    family: str  # "ours", "marian", "ours+bias"
+    model: torch.nn.Module  # the module that is called (compiled or not)
+    module: torch.nn.Module  # the module itself (its parameters, its generate)
+    dtype: torch.dtype
+    compiled: bool = False
+    optimizer: torch.optim.Optimizer | None = None
+
+    @property
+    def name(self) -> str:
+        return f"{self.family} {SHORT[self.dtype]}" + ("+compile" if self.compiled else "")
+
+
+def with_attention(model: torch.nn.Module, device: torch.device, dtype: torch.dtype) -> torch.nn.Module:
+    """A copy of `model` with the attention implementation for `dtype` on `device` (precision.py: eager for
+    bfloat16 on a CPU, else the model's default, SDPA)."""
+    model = copy.deepcopy(model)
+    attention = fast_attention_implementation(device, dtype)
+    if attention is not None:
+        model.set_attn_implementation(attention)
+    return model
+
+
+def training_variants(models: dict, dtypes: list, compile_: bool, device: torch.device) -> dict[str, Variant]:
+    variants = []
+    for dtype in dtypes:
+        for family in ("ours", "marian"):
+            module = with_attention(models[family], device, dtype)
+            variants.append(Variant(family, module, module, dtype))
+        if dtype == torch.float32:
+            variants.append(Variant("ours+bias", models["ours+bias"], models["ours+bias"], dtype))
+    if compile_:
+        module = with_attention(models["ours"], device, dtypes[-1])
+        variants.append(Variant("ours", torch.compile(module), module, dtypes[-1], compiled=True))
+    for variant in variants:
+        variant.module.train()  # the preset's dropout in every model
+        variant.optimizer = torch.optim.Adam(variant.module.parameters(), lr=1e-5, betas=(0.9, 0.98), eps=1e-9,
+                                             fused=True)
+    return {variant.name: variant for variant in variants}
+
+
+def generation_variants(models: dict, dtypes: list, device: torch.device) -> dict[str, Variant]:
+    """Generation in `dtype` with the model cast whole to it, as `translate --dtype` does."""
+    variants = []
+    for dtype in dtypes:
+        for family in ("ours", "marian"):
+            module = with_attention(models[family], device, dtype).to(dtype).eval()
+            variants.append(Variant(family, module, module, dtype))
+        if dtype == torch.float32:
+            variants.append(Variant("ours+bias", models["ours+bias"].eval(), models["ours+bias"], dtype))
+    return {variant.name: variant for variant in variants}
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -252,17 +328,21 @@ def _gen_inputs(batch: dict) -> dict:
     return dict(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
 
 
-def train_step(model, batch: dict) -> None:
-    """Forward with labels (loss = token-mean cross-entropy, the decoder input built from the labels inside the
-    model) and backward. No optimizer step: that is the same `torch.optim` code for both."""
-    loss = model(**batch).loss
+def train_step(variant: Variant, batch: dict) -> None:
+    """Forward with labels (the decoder input built from them inside the model) and the loss, backward, fused Adam
+    update. bfloat16 = autocast, float32 master weights and optimizer state, as the Trainer's `--bf16`."""
+    device_type = batch["input_ids"].device.type
+    extra = {"epsilon_ls": LABEL_SMOOTHING} if variant.family != "marian" else {}
+    with torch.autocast(device_type, dtype=variant.dtype, enabled=variant.dtype != torch.float32):
+        loss = variant.model(**batch, **extra).loss
     loss.backward()
-    model.zero_grad(set_to_none=True)
+    variant.optimizer.step()
+    variant.optimizer.zero_grad(set_to_none=True)
 
 
 @torch.no_grad()
-def generate(model, batch: dict, gen_config: GenerationConfig) -> torch.Tensor:
-    return model.generate(**_gen_inputs(batch), generation_config=gen_config)
+def generate(variant: Variant, batch: dict, gen_config: GenerationConfig) -> torch.Tensor:
+    return variant.module.generate(**_gen_inputs(batch), generation_config=gen_config)
 
 
 def timed(fn, device: torch.device) -> dict[str, float]:
@@ -275,38 +355,30 @@ def timed(fn, device: torch.device) -> dict[str, float]:
     return {"wall": time.perf_counter() - wall, "cpu": time.process_time() - cpu}
 
 
-def interleaved(models: dict, run, batches: list, reps: int, warmup: int, device: torch.device) -> dict:
-    """Warm up every model, then `reps` rounds in which every model runs once on the same batch; the order rotates
-    each round so that no model always runs first (caches, frequency scaling, neighbours' load).
-    Returns {clock: {model: [seconds per repetition]}}."""
-    names = list(models)
-    for i in range(warmup):
+def interleaved(variants: dict, run, batches: list, reps: int, warmup: int, device: torch.device) -> tuple[dict, dict]:
+    """Warm up every variant (the first run of a compiled one compiles; its time is returned), then `reps` rounds in
+    which every variant runs once on the same batch; the order rotates each round so that none always runs first
+    (caches, frequency scaling, neighbours' load). Returns ({clock: {name: [seconds per repetition]}},
+    {name: seconds of the first warm-up run})."""
+    names = list(variants)
+    first = {}
+    for i in range(max(warmup, 1)):
         for name in names:
-            run(models[name], batches[i % len(batches)])
+            seconds = timed(lambda: run(variants[name], batches[i % len(batches)]), device)["wall"]
+            first.setdefault(name, seconds)
     times = {clock: {name: [] for name in names} for clock in CLOCKS}
     for rep in range(reps):
         batch = batches[rep % len(batches)]
         shift = rep % len(names)
         for name in names[shift:] + names[:shift]:
-            for clock, seconds in timed(lambda: run(models[name], batch), device).items():
+            for clock, seconds in timed(lambda: run(variants[name], batch), device).items():
                 times[clock][name].append(seconds)
-    return times
+    return times, first
 
 
-def summarize(times: dict, baseline: str = "marian") -> dict:
-    out = {}
-    for name, values in times.items():
-        q1, median, q3 = _quartiles(values)
-        paired = [v / b for v, b in zip(values, times[baseline])]
-        out[name] = dict(
-            median=median,
-            iqr=q3 - q1,
-            ratio=median / statistics.median(times[baseline]),
-            paired=statistics.median(paired),
-            # Load from other processes only ever adds time: the fastest repetition is the least disturbed one.
-            best=min(values) / min(times[baseline]),
-        )
-    return out
+def paired(times: dict, name: str, baseline: str) -> float:
+    """Median over the rounds of time(baseline) / time(name): > 1 = `name` is faster."""
+    return statistics.median(b / v for v, b in zip(times[name], times[baseline]))
 
 
 def _quartiles(values: list[float]) -> tuple[float, float, float]:
@@ -314,6 +386,18 @@ def _quartiles(values: list[float]) -> tuple[float, float, float]:
         return values[0], values[0], values[0]
     q1, q2, q3 = statistics.quantiles(values, n=4, method="inclusive")
     return q1, q2, q3
+
+
+def count_training_flops(model: torch.nn.Module, batch: dict, device: torch.device) -> int:
+    """FLOPs of one forward + backward of `model` (float32, eager attention: every FLOP is a visible matmul) on the
+    padded batch, counted by `torch.utils.flop_counter`. The optimizer and elementwise work are not counted, as usual
+    for MFU."""
+    model = copy.deepcopy(model)
+    model.set_attn_implementation("eager")
+    model.train()
+    with FlopCounterMode(display=False) as counter:
+        model(**batch).loss.backward()
+    return counter.get_total_flops()
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -537,17 +621,24 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--tokenizer-sentences", type=int, default=10000, help="training pairs the tokenizer learns from")
     parser.add_argument("--threads", type=int, default=os.cpu_count(), help="torch.set_num_threads (default: all cores)")
     parser.add_argument("--device", default="cpu", help="cpu (default) or cuda")
-    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="bfloat16 on cuda only")
+    parser.add_argument(
+        "--dtype", default="float32",
+        help="comma-separated precisions, each timed for ours and Marian (default float32):\n"
+        "float32, bfloat16 (training under autocast, generation with bfloat16 weights), float16 (cuda)",
+    )
+    parser.add_argument("--compile", action="store_true",
+                        help="also time ours under torch.compile in the last --dtype (training step)")
     parser.add_argument("--train-batch", type=int, help="sentences per training batch (default per preset)")
     parser.add_argument("--gen-batch", type=int, help="sentences per generation batch, x4 beams (default per preset)")
     parser.add_argument("--new-tokens", type=int, help="tokens every beam generates (default per preset)")
-    parser.add_argument("--reps", type=int, help="timed repetitions per model (default per preset)")
-    parser.add_argument("--warmup", type=int, default=1, help="untimed runs per model before timing (default 1)")
+    parser.add_argument("--reps", type=int, help="timed repetitions per variant (default per preset)")
+    parser.add_argument("--warmup", type=int, default=1, help="untimed runs per variant before timing (default 1)")
     parser.add_argument(
         "--batches", type=int, default=1,
         help="distinct batches, cycled over the repetitions (default 1: then the IQR is timing noise only,\n"
         "not the spread of batch shapes)",
     )
+    parser.add_argument("--no-peak", action="store_true", help="skip the machine-peak probe (no MFU)")
     parser.add_argument("--profile", action="store_true", help="also print where the time goes (torch.profiler)")
     parser.add_argument("--profile-ops", action="store_true", help="with --profile: also the top ops per model")
     parser.add_argument("--skip-train", action="store_true", help="time generation only")
@@ -564,8 +655,12 @@ def parse_args(argv=None) -> argparse.Namespace:
         parser.error("--device cuda: no CUDA device is available here; use --device cpu.")
     if args.device not in ("cpu", "cuda"):
         parser.error(f"--device must be 'cpu' or 'cuda', got {args.device!r}.")
-    if args.dtype == "bfloat16" and args.device != "cuda":
-        parser.error("--dtype bfloat16 is only supported with --device cuda; use --dtype float32 on CPU.")
+    names = [d.strip() for d in args.dtype.split(",") if d.strip()]
+    if not names or any(d not in ("float32", "bfloat16", "float16") for d in names):
+        parser.error(f"--dtype: comma-separated float32, bfloat16, float16; got {args.dtype!r}.")
+    if "float16" in names and args.device != "cuda":
+        parser.error("--dtype float16 is for --device cuda (CPU autocast is bfloat16).")
+    args.dtypes = [getattr(torch, d) for d in names]
     for field in ("threads", "vocab_size", "tokenizer_sentences", "train_batch", "gen_batch", "new_tokens", "reps", "batches"):
         value = getattr(args, field)
         if value is not None and value < 1:
@@ -575,26 +670,37 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-def print_results(results: dict) -> None:
-    columns = "".join(f"  {clock + ' median':>12s} {'IQR':>8s} {'ratio':>6s} {'paired':>6s} {'best':>6s}" for clock in CLOCKS)
-    print(f"\n  {'task':21s} {'model':10s}{columns}")
-    for task, per_clock in results.items():
-        for name in per_clock["wall"]:
-            cells = ""
-            for clock in CLOCKS:
-                s = per_clock[clock][name]
-                ratios = (s["ratio"], s["paired"], s["best"])
-                ratio = " ".join(f"{'-':>6s}" if name == "marian" else f"{r:>6.3f}" for r in ratios)
-                cells += f"  {s['median'] * 1e3:>10.1f}ms {s['iqr'] * 1e3:>6.1f}ms {ratio}"
-            print(f"  {task:21s} {name:10s}{cells}")
-    print(
-        "  ours / marian (< 1 = faster than Marian): ratio = of the medians; paired = median over repetitions of the "
-        "ratio within one round; best = of the fastest repetitions. ours+bias and marian compute the same function "
-        "with the same weights: their ratios' distance from 1 is the noise of this run."
-    )
+def print_task(task: str, variants: dict, times: dict, first: dict, tokens: float, flops: int | None,
+               peak_gflops: float | None, device: torch.device) -> dict:
+    """The table of one task; returns {name: (tokens/s, speed-up vs ours fp32, ratio vs marian same dtype)}."""
+    clock = "cpu" if device.type == "cpu" else "wall"  # the steadier clock on a shared CPU
+    base = "ours fp32" if "ours fp32" in variants else next(iter(variants))
+    print(f"\n  {task}: per variant, median (IQR) per clock; tokens/s and MFU from the {clock} clock; x = median of "
+          f"the per-round ratios (> 1 = faster)")
+    header = f"  {'variant':20s} {'wall ms':>17s} {'cpu ms':>17s} {'tgt tok/s':>10s} {'vs ' + base:>13s} {'vs marian':>10s}"
+    if flops:
+        header += f" {'TFLOP/s':>8s} {'MFU':>6s}"
+    print(header + f" {'first run':>10s}")
+    summary = {}
+    for name, variant in variants.items():
+        cells = ""
+        for c in CLOCKS:
+            q1, median, q3 = _quartiles(times[c][name])
+            cells += f" {median * 1e3:>9.1f} ({(q3 - q1) * 1e3:>5.1f})"
+        median = statistics.median(times[clock][name])
+        speedup = paired(times[clock], name, base)
+        marian = f"marian {SHORT[variant.dtype]}"
+        vs_marian = paired(times[clock], name, marian) if marian in times[clock] else float("nan")
+        line = f"  {name:20s}{cells} {tokens / median:>10,.0f} {speedup:>12.2f}x {vs_marian:>9.2f}x"
+        if flops:
+            achieved = flops / median / 1e12
+            line += f" {achieved:>8.3f} {100 * achieved * 1e3 / peak_gflops:>5.1f}%" if peak_gflops else f" {achieved:>8.3f} {'-':>6s}"
+        print(line + f" {first[name]:>9.1f}s")
+        summary[name] = (tokens / median, speedup, vs_marian)
+    return summary
 
 
-def bench_preset(preset: str, args, tokenizer, source: list[str], target: list[str], device, dtype) -> dict:
+def bench_preset(preset: str, args, tokenizer, source: list[str], target: list[str], device, peak_gflops) -> dict:
     settings = {key: getattr(args, key) if getattr(args, key) is not None else value for key, value in PRESET_DEFAULTS[preset].items()}
     n_batches = args.batches
     train_batches = make_batches(tokenizer, source, target, settings["train_batch"], n_batches)
@@ -604,7 +710,7 @@ def bench_preset(preset: str, args, tokenizer, source: list[str], target: list[s
     gen_batches = [to_device(b) for b in gen_batches]
     max_positions = max(512, max(b["input_ids"].shape[1] for b in train_batches + gen_batches) + settings["new_tokens"] + 2)
 
-    config, models = build_models(preset, len(tokenizer), max_positions, device, dtype, args.seed)
+    config, models = build_models(preset, len(tokenizer), max_positions, device, args.seed)
     # Random models end their hypotheses at different, arbitrary steps, which would make the amount of work differ
     # between models. min_new_tokens = max_new_tokens suppresses </s> until the last step, so every model runs
     # exactly `new_tokens` decoder steps on 4 x batch rows: the same work, whatever the weights.
@@ -622,8 +728,8 @@ def bench_preset(preset: str, args, tokenizer, source: list[str], target: list[s
         decoder_start_token_id=config.decoder_start_token_id,
     )
 
-    src_tokens = sum(int(b["attention_mask"].sum()) for b in train_batches) / len(train_batches)
     tgt_tokens = sum(int((b["labels"] != -100).sum()) for b in train_batches) / len(train_batches)
+    src_tokens = sum(int(b["attention_mask"].sum()) for b in train_batches) / len(train_batches)
     print(
         f"\n=== preset {preset}: d_model {config.d_model}, layers {config.encoder_layers}+{config.decoder_layers}, "
         f"heads {config.encoder_attention_heads}, d_ff {config.encoder_ffn_dim}, dropout {config.dropout}, "
@@ -638,48 +744,60 @@ def bench_preset(preset: str, args, tokenizer, source: list[str], target: list[s
         f"  generation: {settings['gen_batch']} sentences x 4 beams, exactly {settings['new_tokens']} new tokens "
         f"(min_new_tokens = max_new_tokens), length_penalty 0.6, KV cache; {len(gen_batches)} batch(es) cycled"
     )
-    print(f"  repetitions: {settings['reps']} timed (+{args.warmup} warm-up) per model and task, interleaved")
+    print(f"  repetitions: {settings['reps']} timed (+{args.warmup} warm-up) per variant and task, interleaved")
     print_differences(config, models)
     check_equivalence(models["ours+bias"], models["marian"], train_batches[0], gen_batches[0], gen_config)
+    attention = {SHORT[d]: fast_attention_implementation(device, d) or "sdpa" for d in args.dtypes}
+    print(f"  attention implementation per precision (both models): {attention}")
 
     results = {}
     if not args.skip_train:
-        for model in models.values():
-            model.train()  # the preset's dropout in both
-        times = interleaved(models, train_step, train_batches, settings["reps"], args.warmup, device)
-        results["train step (fwd+bwd)"] = {clock: summarize(times[clock]) for clock in CLOCKS}
+        flops = count_training_flops(models["ours"], train_batches[0], device) if n_batches == 1 else None
+        if flops:
+            print(f"  training step: {flops / 1e9:.1f} GFLOP (forward + backward, padded batch, matmuls)")
+        variants = training_variants(models, args.dtypes, args.compile, device)
+        compiles_before = _compile_count()
+        times, first = interleaved(variants, train_step, train_batches, settings["reps"], args.warmup, device)
+        if args.compile:
+            print(f"  torch.compile: {_compile_count() - compiles_before} graph compilation(s) for "
+                  f"{len(train_batches)} batch shape(s)")
+        results["train"] = print_task("training step (fwd + loss + bwd + fused Adam)", variants, times, first,
+                                      tgt_tokens, flops, peak_gflops, device)
     if not args.skip_generate:
-        for model in models.values():
-            model.eval()
-        run = lambda model, batch: generate(model, batch, gen_config)  # noqa: E731
-        times = interleaved(models, run, gen_batches, settings["reps"], args.warmup, device)
-        results["beam-4 generation"] = {clock: summarize(times[clock]) for clock in CLOCKS}
-
-    print_results(results)
-    if "train step (fwd+bwd)" in results:
-        median = results["train step (fwd+bwd)"]["wall"]["ours"]["median"]
-        print(f"  ours: {tgt_tokens / median:,.0f} target tokens/s in training (wall; fwd+bwd, no optimizer)")
+        variants = generation_variants(models, args.dtypes, device)
+        run = lambda variant, batch: generate(variant, batch, gen_config)  # noqa: E731
+        times, first = interleaved(variants, run, gen_batches, settings["reps"], args.warmup, device)
+        new_tokens = settings["gen_batch"] * settings["new_tokens"]
+        results["generate"] = print_task(f"beam-4 generation ({new_tokens} target tokens)", variants, times, first,
+                                         new_tokens, None, None, device)
 
     if args.profile:
-        profiled = {name: models[name] for name in ("ours", "marian")}
+        low = SHORT[args.dtypes[-1]]
         if not args.skip_train:
-            for model in profiled.values():
-                model.train()
+            profiled = training_variants(models, sorted(set([torch.float32, args.dtypes[-1]]), key=str), False, device)
+            names = [n for n in (f"ours {low}", f"marian {low}", "ours fp32") if n in profiled]
             per_model = {
-                name: profile_once(model, lambda m=model: train_step(m, train_batches[0]), 20, "outside the model (zero_grad)")
-                for name, model in profiled.items()
+                name: profile_once(profiled[name].module, lambda v=profiled[name]: train_step(v, train_batches[0]), 20,
+                                   "optimizer step, zero_grad")
+                for name in dict.fromkeys(names)
             }
-            print_profile(f"{preset}, train step", per_model, args.profile_ops)
+            print_profile(f"{preset}, training step", per_model, args.profile_ops)
         if not args.skip_generate:
-            for model in profiled.values():
-                model.eval()
+            profiled = generation_variants(models, sorted(set([torch.float32, args.dtypes[-1]]), key=str), device)
+            names = [n for n in (f"ours {low}", f"marian {low}", "ours fp32") if n in profiled]
             per_model = {
-                name: profile_once(model, lambda m=model: generate(m, gen_batches[0], gen_config), 20,
-                                    "generation: beam search loop, stopping, bookkeeping")
-                for name, model in profiled.items()
+                name: profile_once(profiled[name].module, lambda v=profiled[name]: generate(v, gen_batches[0], gen_config),
+                                   20, "generation: beam search loop, stopping, bookkeeping")
+                for name in dict.fromkeys(names)
             }
             print_profile(f"{preset}, beam-4 generation", per_model, args.profile_ops)
     return results
+
+
+def _compile_count() -> int:
+    from torch._dynamo.utils import counters
+
+    return int(counters["stats"]["unique_graphs"])
 
 
 def main(argv=None) -> None:
@@ -688,15 +806,17 @@ def main(argv=None) -> None:
     transformers.logging.set_verbosity_error()
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
-    dtype = getattr(torch, args.dtype)
 
     print(
         f"bench_vs_marian: torch {torch.__version__}, transformers {transformers.__version__}, python "
         f"{platform.python_version()}, device {args.device}"
-        + (f" ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else f" ({platform.processor() or platform.machine()})")
-        + f", dtype {args.dtype}, threads {torch.get_num_threads()} of {os.cpu_count()} cores"
+        + (f" ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else f" ({cpu_flags()['model']})")
+        + f", dtypes {[SHORT[d] for d in args.dtypes]}, threads {torch.get_num_threads()} of {os.cpu_count()} cores"
     )
+    print(f"  bfloat16: {bf16_support(device)[1]}")
     if device.type == "cpu":
+        flags = cpu_flags()
+        print("  ISA (torch): " + ", ".join(f"{k}={v}" for k, v in flags.items() if isinstance(v, bool)))
         try:
             load = os.getloadavg()[0]
             print(f"  load average (1 min) at start: {load:.1f} on {os.cpu_count()} cores")
@@ -709,6 +829,13 @@ def main(argv=None) -> None:
         except OSError:
             pass
     started = time.perf_counter()
+    peak = None
+    if not args.no_peak:
+        peaks, _ = measure_peaks(args.presets, tokens=2048, vocab_size=args.vocab_size, device=device, reps=3)
+        peak = peaks["bfloat16"]
+        print("  machine peak (machine_peak.py, GEMMs at the presets' shapes, same threads): "
+              + ", ".join(f"{mode} {gflops:.0f} GFLOP/s" for mode, gflops in peaks.items())
+              + "; MFU below is against the bfloat16 peak")
     tokenizer = build_tokenizer(args.data_dir, args.vocab_size, args.tokenizer_sentences)
     source = read_lines(args.data_dir / "val.en.gz")
     target = read_lines(args.data_dir / "val.de.gz")
@@ -717,19 +844,19 @@ def main(argv=None) -> None:
 
     all_results = {}
     for preset in args.presets:
-        all_results[preset] = bench_preset(preset, args, tokenizer, source, target, device, dtype)
+        all_results[preset] = bench_preset(preset, args, tokenizer, source, target, device, peak)
 
-    print("\nsummary: ours / marian, ratio of medians (paired, best); < 1 = ours faster")
+    print("\nsummary (target tokens/s; x = paired speed ratio, > 1 = faster):")
     for preset, results in all_results.items():
-        for task, per_clock in results.items():
-            cells = []
-            for clock in CLOCKS:
-                ours, control = per_clock[clock]["ours"], per_clock[clock]["ours+bias"]
-                cells.append(
-                    f"{clock}: ours {ours['ratio']:.3f} ({ours['paired']:.3f}, {ours['best']:.3f}), "
-                    f"ours+bias {control['ratio']:.3f} ({control['paired']:.3f}, {control['best']:.3f})"
-                )
-            print(f"  {preset:6s} {task:21s} " + "; ".join(cells))
+        for task, rows in results.items():
+            ours = {n: r for n, r in rows.items() if n.startswith("ours ")}
+            best = max(ours, key=lambda n: ours[n][0])
+            line = f"  {preset:6s} {task:9s} best ours = {best} ({rows[best][0]:,.0f} tok/s): {rows[best][1]:.2f}x ours fp32"
+            if rows[best][2] == rows[best][2]:  # not NaN
+                line += f", {rows[best][2]:.2f}x marian in the same precision"
+            if "marian fp32" in rows and best != "ours fp32":
+                line += f", {rows[best][0] / rows['marian fp32'][0]:.2f}x marian fp32 (tok/s ratio)"
+            print(line)
     print(f"total wall time {time.perf_counter() - started:.0f} s")
 
 
