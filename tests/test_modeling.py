@@ -19,7 +19,8 @@ from vanilla_transformer import (
     VanillaTransformerForConditionalGeneration,
     VanillaTransformerModel,
 )
-from vanilla_transformer.modeling_vanilla_transformer import sinusoidal_position_encoding
+from vanilla_transformer import modeling_vanilla_transformer as modeling
+from vanilla_transformer.modeling_vanilla_transformer import label_smoothed_cross_entropy, sinusoidal_position_encoding
 
 TINY = dict(
     vocab_size=97, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
@@ -214,6 +215,78 @@ def test_loss_is_token_mean_cross_entropy_of_shifted_labels():
     assert torch.allclose(out.loss, torch.stack(picks).mean(), atol=1e-6)
     summed = model(input_ids=ids, attention_mask=mask, labels=labels, num_items_in_batch=torch.tensor(18)).loss
     assert torch.allclose(summed, torch.stack(picks).sum() / 18, atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("epsilon", [0.0, 0.1])
+def test_label_smoothed_loss_and_its_gradient_equal_torch_cross_entropy(monkeypatch, dtype, epsilon):
+    """The chunked log-sum-exp loss (eager mode) against `F.cross_entropy(label_smoothing=...)` on the float32 logits:
+    values and gradients, with chunks of 3 rows so that the 14 rows span several (and a partial last one)."""
+    monkeypatch.setitem(modeling._LOSS_CHUNK_VALUES, "cpu", 3 * 50)
+    torch.manual_seed(0)
+    logits = (torch.randn(2, 7, 50) * 4).to(dtype).requires_grad_()
+    labels = torch.randint(0, 50, (2, 7))
+    labels[0, 5:] = -100
+    loss, nll, tokens = label_smoothed_cross_entropy(logits, labels, epsilon)
+    loss.backward()
+    reference = logits.detach().float().requires_grad_()
+    ref_loss = torch.nn.functional.cross_entropy(
+        reference.view(-1, 50), labels.view(-1), label_smoothing=epsilon, reduction="sum"
+    )
+    ref_loss.backward()
+    ref_nll = torch.nn.functional.cross_entropy(reference.view(-1, 50), labels.view(-1), reduction="sum")
+    assert tokens.item() == 12 and loss.dtype == torch.float32 and not nll.requires_grad
+    torch.testing.assert_close(loss, ref_loss, rtol=1e-6, atol=1e-5)
+    torch.testing.assert_close(nll, ref_nll, rtol=1e-6, atol=1e-5)
+    assert logits.grad.dtype == dtype  # the gradient comes back in the logits' dtype (bfloat16: rounded to it)
+    torch.testing.assert_close(logits.grad.float(), reference.grad.to(dtype).float(), rtol=0, atol=1e-6)
+    per_sentence = label_smoothed_cross_entropy(logits.detach(), labels, epsilon, per_sequence=True)
+    torch.testing.assert_close(per_sentence[0].sum(), loss.detach())
+    assert per_sentence[2].tolist() == [5, 7]
+
+
+def test_model_loss_with_label_smoothing_and_its_plain_nll():
+    model = tiny_model()
+    ids, mask = padded_batch()
+    labels = torch.tensor([[10, 11, 12, 2], [13, 2, -100, -100], [14, 15, 2, -100]])
+    out = model(input_ids=ids, attention_mask=mask, labels=labels, epsilon_ls=0.1)
+    flat_logits, flat_labels = out.logits.flatten(0, 1), labels.flatten()
+    expected = torch.nn.functional.cross_entropy(flat_logits, flat_labels, label_smoothing=0.1)
+    torch.testing.assert_close(out.loss, expected)
+    torch.testing.assert_close(out.nll_loss, torch.nn.functional.cross_entropy(flat_logits, flat_labels))
+    assert out.num_target_tokens.item() == 9 and out.past_key_values is None
+    with pytest.raises(ValueError, match="`epsilon_ls` must be in \\[0, 1\\), got 1.0"):
+        model(input_ids=ids, attention_mask=mask, labels=labels, epsilon_ls=1.0)
+
+
+def test_forward_and_loss_are_one_graph_for_torch_compile():
+    """No graph break in a training forward with the label-smoothed loss, under bfloat16 autocast: the input checks and
+    the chunked loss are eager-only, nothing reads a tensor on the host. (Tracing only: no compilation.)"""
+    model = tiny_model("eager").train()
+    ids, mask = padded_batch()
+    labels = torch.tensor([[10, 11, 12, 2], [13, 2, -100, -100], [14, 15, 2, -100]])
+    torch._dynamo.reset()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        explanation = torch._dynamo.explain(model)(input_ids=ids, attention_mask=mask, labels=labels, epsilon_ls=0.1)
+    assert (explanation.graph_count, explanation.graph_break_count) == (1, 0), explanation.break_reasons
+
+
+@pytest.mark.slow
+def test_compiled_and_eager_training_forward_give_the_same_loss_and_gradients():
+    """torch.compile (inductor, ~1 minute on 2 CPU cores) against eager mode: the same loss and gradients."""
+    ids, mask = padded_batch()
+    labels = torch.tensor([[10, 11, 12, 2], [13, 2, -100, -100], [14, 15, 2, -100]])
+    results = []
+    for compiled in (False, True):
+        model = tiny_model("eager").train()  # dropout 0: the same function in both
+        call = torch.compile(model) if compiled else model
+        loss = call(input_ids=ids, attention_mask=mask, labels=labels, epsilon_ls=0.1).loss
+        loss.backward()
+        results.append((loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}))
+    (eager_loss, eager_grads), (compiled_loss, compiled_grads) = results
+    torch.testing.assert_close(compiled_loss, eager_loss, rtol=1e-5, atol=1e-6)
+    for name, grad in eager_grads.items():
+        torch.testing.assert_close(compiled_grads[name], grad, rtol=1e-4, atol=1e-6, msg=name)
 
 
 # --- attention implementations, cache, generation --------------------------------------------------------------------

@@ -121,6 +121,26 @@ def test_bad_arguments_name_the_argument(tmp_path, overrides, name):
         VanillaTrainingArguments(output_dir=str(tmp_path), report_to=[], **overrides)
 
 
+@pytest.mark.parametrize("native", [True, False])
+def test_bf16_auto_is_on_only_where_the_hardware_has_bfloat16(tmp_path, monkeypatch, native):
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: native)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
+    args = VanillaTrainingArguments(output_dir=str(tmp_path), report_to=[], use_cpu=True, bf16="auto")
+    assert args.bf16 is native and args.mixed_precision == ("bf16" if native else "no")
+    assert ("AVX512_BF16" if native else "emulated") in args.precision_reason
+    # What the command line and the presets give: strings; a bare `--bf16` is "true".
+    assert VanillaTrainingArguments(output_dir=str(tmp_path), report_to=[], use_cpu=True, bf16="true").bf16 is True
+    assert VanillaTrainingArguments(output_dir=str(tmp_path), report_to=[], bf16=False).bf16 is False
+    with pytest.raises(ValueError, match="`bf16` must be true, false or auto, got 'sometimes'"):
+        VanillaTrainingArguments(output_dir=str(tmp_path), report_to=[], bf16="sometimes")
+
+
+def test_no_host_sync_defaults(tmp_path):
+    args = VanillaTrainingArguments(output_dir=str(tmp_path), report_to=[])
+    assert args.logging_nan_inf_filter is False  # it reads every micro-batch's loss on the host
+    assert args.bf16 is False and args.pad_to_multiple_of is None
+
+
 # ---- Loss ----
 
 
@@ -209,6 +229,29 @@ def test_adam_and_the_paper_schedule(tmp_path, tokenizer, corpus):
         assert logs[step]["nll_loss"] < logs[step]["loss"]  # smoothing adds the cross-entropy to the uniform
 
 
+def test_adam_is_fused_and_optim_is_honoured(tmp_path, tokenizer, corpus):
+    trainer = make_trainer(tmp_path / "default", tiny_model(tokenizer), tokenizer, corpus, max_steps=1)
+    trainer.create_optimizer()
+    assert type(trainer.optimizer) is torch.optim.Adam and trainer.optimizer.defaults["fused"] is True
+    plain = make_trainer(tmp_path / "plain", tiny_model(tokenizer), tokenizer, corpus, max_steps=1, optim="adamw_torch")
+    plain.create_optimizer()
+    assert type(plain.optimizer) is torch.optim.Adam and not plain.optimizer.defaults["fused"]
+    other = make_trainer(tmp_path / "sgd", tiny_model(tokenizer), tokenizer, corpus, max_steps=1, optim="sgd")
+    other.create_optimizer()
+    assert type(other.optimizer) is torch.optim.SGD  # another `optim` is the Trainer's optimizer, not ignored
+
+
+def test_gradient_norm_is_computed_only_for_logged_updates(tmp_path, tokenizer, corpus, monkeypatch):
+    trainer = make_trainer(tmp_path, tiny_model(tokenizer), tokenizer, corpus, max_steps=6, logging_steps=3)
+    calls = []
+    clip = trainer.accelerator.clip_grad_norm_
+    monkeypatch.setattr(trainer.accelerator, "clip_grad_norm_", lambda *a, **k: calls.append(1) or clip(*a, **k))
+    trainer.train()
+    logs = train_logs(trainer)
+    assert sorted(logs) == [3, 6] and all(logs[step]["grad_norm"] > 0 for step in logs)
+    assert len(calls) == 2  # not one extra pass over the gradients per update
+
+
 # ---- Token batches and data parallelism ----
 
 
@@ -260,6 +303,27 @@ def test_evaluation_reports_loss_nll_perplexity_and_bleu(tmp_path, tokenizer, co
     assert model.generation_config.to_dict() == generation_config
 
 
+def test_evaluation_encodes_each_batch_once_without_cache_in_length_order(tmp_path, tokenizer, corpus):
+    model = tiny_model(tokenizer, seed=3)
+    trainer = make_trainer(tmp_path, model, tokenizer, corpus, per_device_eval_batch_size=4)
+    encoded, loss_forwards = [], []
+    model.model.encoder.register_forward_hook(
+        lambda module, args, kwargs, output: encoded.append(kwargs["attention_mask"].sum(-1).tolist()), with_kwargs=True
+    )
+
+    def on_forward(module, args, kwargs, output):
+        if kwargs.get("encoder_outputs") is None:  # the loss forward (generation's steps reuse the encoding)
+            loss_forwards.append(output.past_key_values)
+
+    model.register_forward_hook(on_forward, with_kwargs=True)
+    trainer.evaluate()
+    n = len(corpus["validation"])
+    assert len(encoded) == math.ceil(n / 4) > 1  # the encoder runs once per batch, not again to generate
+    assert loss_forwards == [None] * len(encoded)  # no KV cache built for the loss
+    lengths = [length for batch in encoded for length in batch]
+    assert len(lengths) == n and lengths == sorted(lengths, reverse=True)  # longest first: little padding
+
+
 def test_best_checkpoint_by_bleu_is_kept(tmp_path, tokenizer, corpus):
     scores = iter([10.0, 30.0, 20.0])
     trainer = make_trainer(
@@ -272,6 +336,42 @@ def test_best_checkpoint_by_bleu_is_kept(tmp_path, tokenizer, corpus):
     assert trainer.state.best_model_checkpoint == str(tmp_path / "checkpoint-4")
     # save_total_limit=1 keeps the best and the last checkpoints during training and only the best at the end.
     assert sorted(os.listdir(tmp_path)) == ["checkpoint-4"]
+
+
+# ---- Precision ----
+
+
+def test_bfloat16_on_a_cpu_trains_with_the_eager_attention(tmp_path, tokenizer, corpus):
+    fp32 = make_trainer(tmp_path / "fp32", tiny_model(tokenizer), tokenizer, corpus)
+    assert fp32.model.config._attn_implementation == "sdpa"
+    bf16 = make_trainer(tmp_path / "bf16", tiny_model(tokenizer), tokenizer, corpus, bf16=True)
+    assert bf16.args.mixed_precision == "bf16" and bf16.model.config._attn_implementation == "eager"
+
+
+def test_bfloat16_training_reaches_the_float32_validation_loss(tmp_path, tokenizer):
+    """300 updates on 2000 Multi30k pairs from the same seed, in float32 and under bfloat16 autocast (float32 master
+    weights, Adam state and loss): the validation NLL agrees within 0.05 nats (the run lowers it by ~3 nats), and the
+    training curves stay close all along."""
+    pairs = datasets.DatasetDict(
+        train=datasets.Dataset.from_dict({"source": read("train.en.gz", 2000), "target": read("train.de.gz", 2000)}),
+        validation=datasets.Dataset.from_dict({"source": read("val.en.gz", 100), "target": read("val.de.gz", 100)}),
+    )
+    data = tokenize_corpus(pairs, tokenizer, max_length=64)
+    runs = {}
+    for name, bf16 in (("fp32", False), ("bf16", True)):
+        trainer = make_trainer(
+            tmp_path / name, tiny_model(tokenizer, seed=1, dropout=0.1), tokenizer, data, bf16=bf16, max_steps=300,
+            max_tokens=500, warmup_steps=100, lr_factor=2.0, logging_steps=50, predict_with_generate=False,
+            per_device_eval_batch_size=50,
+        )
+        start = trainer.evaluate()["eval_nll_loss"]
+        trainer.train()
+        runs[name] = (start, trainer.evaluate()["eval_nll_loss"], train_logs(trainer))
+    (start, fp32, logs32), (_, bf16, logs16) = runs["fp32"], runs["bf16"]
+    assert fp32 < start - 2.5, (start, fp32)  # it learned
+    assert abs(bf16 - fp32) < 0.05, (fp32, bf16)
+    for step in logs32:
+        assert logs16[step]["nll_loss"] == pytest.approx(logs32[step]["nll_loss"], abs=0.1)
 
 
 # ---- Checkpoints and resumption ----

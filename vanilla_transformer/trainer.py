@@ -96,11 +96,11 @@ class VanillaTrainingArguments(Seq2SeqTrainingArguments):
         default=None, metadata={"help": "Optional cap on the number of sentences in a token-based batch."}
     )
     pad_to_multiple_of: int | None = field(
-        default=8,
+        default=None,
         metadata={
-            "help": "Batches are padded to a multiple of this many tokens (the collator's `pad_to_multiple_of`; "
-            "bfloat16/float16 matrix kernels work on blocks of 8 or 16) and the token budget counts that padding. "
-            "Also bounds the distinct shapes `torch_compile` sees. None: pad to the longest sequence."
+            "help": "Pad batches to a multiple of this many tokens (train.py's collator) and count that padding in the "
+            "token budget. 8 suits GPU tensor cores and bounds the shapes `torch_compile` sees; on a CPU it is only "
+            "extra work (Multi30k batches: 21 in 100 tokens padding instead of 4). None: pad to the longest sequence."
         },
     )
 
@@ -415,6 +415,13 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
                 f"targets in a `labels` column."
             )
         if model.training:
+            if self.args.torch_compile:
+                # Token batches vary in sentences and in length: compile for any size at once (else torch.compile
+                # compiles for the first shape, then again for each dimension seen to change).
+                for tensor in inputs.values():
+                    if isinstance(tensor, torch.Tensor) and tensor.dim() == 2:
+                        torch._dynamo.maybe_mark_dynamic(tensor, 0)
+                        torch._dynamo.maybe_mark_dynamic(tensor, 1)
             # The model computes the loss (label-smoothed, float32, fused: `label_smoothed_cross_entropy`), so that
             # it is part of a compiled graph under `torch_compile`; it builds the decoder input from the labels.
             outputs = model(
