@@ -523,6 +523,21 @@ def test_sampler_max_sentences_and_cost_uses_longer_side():
     assert sorted(map(len, capped)) == [1, 3, 3, 3] and sorted(i for b in capped for i in b) == list(range(10))
 
 
+def test_sampler_budget_counts_padding_to_a_multiple(train_lengths):
+    # The collator pads each side of a batch to a multiple of 8: the budget counts the lengths rounded up.
+    src, tgt = train_lengths
+    rounded = lambda lengths: -(-np.asarray(lengths) // 8) * 8  # noqa: E731
+    plain = list(TokenBatchSampler(src, tgt, max_tokens=1500, seed=3))
+    padded = list(TokenBatchSampler(src, tgt, max_tokens=1500, seed=3, pad_to_multiple_of=8))
+    assert max(_cost(b, rounded(src), rounded(tgt)) for b in padded) <= 1500
+    assert max(_cost(b, rounded(src), rounded(tgt)) for b in plain) > 1500  # which counting raw lengths allows
+    assert sorted(i for b in padded for i in b) == list(range(len(src)))
+    with pytest.raises(ValueError, match=r"padded to 24\) alone exceeds `max_tokens`=20"):
+        TokenBatchSampler([5, 17], [5, 5], 20, pad_to_multiple_of=8)
+    with pytest.raises(ValueError, match="pad_to_multiple_of"):
+        TokenBatchSampler([5], [5], 20, pad_to_multiple_of=0)
+
+
 def test_sampler_errors():
     with pytest.raises(ValueError, match=r"Example 2 .*source 30.*max_tokens`=20"):
         TokenBatchSampler([5, 5, 30], [5, 5, 5], 20)

@@ -63,6 +63,9 @@ def test_short_training_run_lowers_validation_loss_and_writes_a_loadable_model(d
     assert model.config.vocab_size == results["tokenizer"]["vocab_size"]
     assert (out / "tokenizer.json").is_file() and (out / "generation_config.json").is_file()
     assert results["bleu"]["test"]["sentences"] == 20 and "tok:13a" in results["bleu"]["test"]["signature"]
+    # What the step ran in, and why (float32 here: no --bf16).
+    assert results["training"]["precision"] == {"mixed_precision": "no", "reason": "float32", "attention": "sdpa",
+                                                "torch_compile": False}
     # Each directory's results and card describe its own weights: the final model, and the average of 2 checkpoints.
     averaged = json.loads((out / "averaged" / "results.json").read_text())
     assert averaged["checkpoint_averaging"]["num_checkpoints"] == 2 and (out / "averaged" / "model.safetensors").is_file()

@@ -3,23 +3,30 @@
 `VanillaTrainingArguments` re-defaults `Seq2SeqTrainingArguments` to the paper and adds the few knobs the
 Trainer lacks; `VanillaTransformerTrainer` changes only what the recipe needs:
 
-- optimizer (section 5.3): torch `Adam(beta1=0.9, beta2=0.98, eps=1e-9)`, no weight decay, no gradient
-  clipping (`max_grad_norm=0`, as in the paper and fairseq's `--clip-norm 0`);
+- optimizer (section 5.3): torch's fused `Adam(beta1=0.9, beta2=0.98, eps=1e-9)` (one kernel for all parameters,
+  CPU and CUDA), no weight decay, no gradient clipping (`max_grad_norm=0`, as in the paper and fairseq's
+  `--clip-norm 0`; the gradient norm is then computed only for the updates that are logged). Another `optim` than
+  the default `adamw_torch_fused` / `adamw_torch` gets the Trainer's optimizer;
 - learning rate (section 5.3, eq. 3): `schedule.NoamLR`, warm-up 4000 updates, peak
   `lr_factor * (d_model * warmup_steps)^-0.5` with `d_model` read from the model config. It is used when
   `lr_scheduler_type="inverse_sqrt"` (the default here; `learning_rate` is then ignored); any other
   `lr_scheduler_type` gets the stock Trainer scheduler driven by `learning_rate`;
-- loss (section 5.4): label-smoothed cross-entropy, epsilon 0.1, computed here rather than in the model,
-  pad positions (label -100) excluded, normalized by the number of target tokens of the whole optimizer
-  step. The Trainer counts them across gradient-accumulation micro-batches (and, with
+- loss (section 5.4): label-smoothed cross-entropy, epsilon 0.1, computed by the model (`epsilon_ls`, float32,
+  see `label_smoothed_cross_entropy`; so that `torch_compile` compiles it with the forward), pad positions
+  (label -100) excluded, normalized by the number of target tokens of the whole optimizer step. The Trainer counts them across gradient-accumulation micro-batches (and, with
   `average_tokens_across_devices`, across processes) and passes the count as `num_items_in_batch`, so the
   loss and its gradients do not depend on how a batch is split. The logs show the smoothed `loss` and,
   beside it, the plain `nll_loss` and `ppl` = exp(nll_loss) (natural log, per target token);
 - batches (section 5.1): about `max_tokens` source and target tokens per batch and process, built by
   `batching.TokenBatchSampler`, which shards itself across data-parallel processes;
+- precision: `bf16="auto"` (the presets) is bfloat16 autocast where the hardware has it natively, float32
+  elsewhere (`precision.py`; the log and results.json say which and why); float32 master weights, Adam state and
+  loss. In bfloat16 on a CPU the model runs the eager attention (torch's CPU SDPA is slow in bfloat16);
 - evaluation: the loss, NLL and perplexity on the validation set, and cased detokenized sacreBLEU of
   beam-search translations (`predict_with_generate`, the model's generation config: beam 4, length penalty
-  0.6); the best checkpoint by BLEU is tracked and kept (`metric_for_best_model="bleu"`). With several
+  0.6); the best checkpoint by BLEU is tracked and kept (`metric_for_best_model="bleu"`). Sentences are sorted by
+  length (little padding in beam search), the loss forward builds no KV cache, and its encoder output is what
+  generation starts from (the source is encoded once). With several
   processes, predictions and per-sentence losses are gathered with `gather_for_metrics`, so that the sentences
   repeated to fill the last round of batches do not count twice: the scores equal one process's;
 - time limit: the `TimeLimit` callback stops (and saves) after a wall-clock budget, the same step on every process;
@@ -52,8 +59,8 @@ from accelerate.utils import broadcast
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 from transformers import ProgressCallback, Seq2SeqTrainer, Seq2SeqTrainingArguments, TrainerCallback
-from transformers.trainer import SCHEDULER_NAME, TRAINER_STATE_NAME
 from transformers.modeling_outputs import BaseModelOutput
+from transformers.trainer import SCHEDULER_NAME, TRAINER_STATE_NAME
 from transformers.trainer_utils import SchedulerType, seed_worker
 from transformers.training_args import OptimizerNames
 
@@ -234,8 +241,7 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
                 f"evenly). Launch one process per GPU instead: `accelerate launch train.py ...` or `torchrun`."
             )
         # The Trainer counts the target tokens of each optimizer step (`num_items_in_batch`) only for models
-        # that take loss kwargs. The loss is computed in `compute_loss` below, not by the model, but it needs
-        # that count all the same.
+        # that take loss kwargs; `compute_loss` below passes the count to the model.
         self.model_accepts_loss_kwargs = True
         if self.compute_metrics is None and self.args.predict_with_generate and self.processing_class is not None:
             self.compute_metrics = make_compute_metrics(self.processing_class)
