@@ -15,7 +15,8 @@ Variants, all timed on the *same input tensors*, interleaved in one process (rou
 - `ours bf16`, `marian bf16` (with `--dtype float32,bfloat16`): training under `torch.autocast(bfloat16)` with
   float32 master weights (the Trainer's `--bf16`); generation with the model cast whole to bfloat16 (`translate
   --dtype bfloat16`). On a CPU both models then use the eager attention (two bfloat16 matmuls and a float32 softmax):
-  torch's CPU SDPA kernel is slow in bfloat16 (see `vanilla_transformer/precision.py`); Marian gets the same choice;
+  torch's CPU SDPA kernel is slow in bfloat16 (see `vanilla_transformer/precision.py`); Marian gets the same choice,
+  and `marian bf16 sdpa` is Marian as shipped (its default SDPA attention) under the same autocast;
 - `ours bf16+compile` (with `--compile`): the same, the model wrapped in `torch.compile` (training only; the first,
   untimed run compiles, and its time is printed);
 - `ours+bias fp32`: ours with `attention_bias=True`, which has exactly Marian's trainable parameters. Marian gets
@@ -265,10 +266,19 @@ class Variant:
     dtype: torch.dtype
     compiled: bool = False
     optimizer: torch.optim.Optimizer | None = None
+    suffix: str = ""
 
     @property
     def name(self) -> str:
-        return f"{self.family} {SHORT[self.dtype]}" + ("+compile" if self.compiled else "")
+        return f"{self.family} {SHORT[self.dtype]}" + ("+compile" if self.compiled else "") + self.suffix
+
+
+def as_shipped(models: dict, device: torch.device, dtype: torch.dtype) -> list:
+    """Marian with its own default attention (SDPA), where the fast choice differs (bfloat16 on a CPU): what a Marian
+    user gets under the same autocast, beside `marian bf16`, which gets this package's attention choice."""
+    if fast_attention_implementation(device, dtype) is None:
+        return []
+    return [Variant("marian", copy.deepcopy(models["marian"]), None, dtype, suffix=" sdpa")]
 
 
 def with_attention(model: torch.nn.Module, device: torch.device, dtype: torch.dtype) -> torch.nn.Module:
@@ -289,10 +299,12 @@ def training_variants(models: dict, dtypes: list, compile_: bool, device: torch.
             variants.append(Variant(family, module, module, dtype))
         if dtype == torch.float32:
             variants.append(Variant("ours+bias", models["ours+bias"], models["ours+bias"], dtype))
+        variants += as_shipped(models, device, dtype)
     if compile_:
         module = with_attention(models["ours"], device, dtypes[-1])
         variants.append(Variant("ours", torch.compile(module), module, dtypes[-1], compiled=True))
     for variant in variants:
+        variant.module = variant.module or variant.model
         variant.module.train()  # the preset's dropout in every model
         variant.optimizer = torch.optim.Adam(variant.module.parameters(), lr=1e-5, betas=(0.9, 0.98), eps=1e-9,
                                              fused=True)
@@ -308,6 +320,9 @@ def generation_variants(models: dict, dtypes: list, device: torch.device) -> dic
             variants.append(Variant(family, module, module, dtype))
         if dtype == torch.float32:
             variants.append(Variant("ours+bias", models["ours+bias"].eval(), models["ours+bias"], dtype))
+        for variant in as_shipped(models, device, dtype):
+            variant.model = variant.module = variant.model.to(dtype).eval()
+            variants.append(variant)
     return {variant.name: variant for variant in variants}
 
 
@@ -856,6 +871,9 @@ def main(argv=None) -> None:
             line = f"  {preset:6s} {task:9s} best ours = {best} ({rows[best][0]:,.0f} tok/s): {rows[best][1]:.2f}x ours fp32"
             if rows[best][2] == rows[best][2]:  # not NaN
                 line += f", {rows[best][2]:.2f}x marian in the same precision"
+            shipped = best.split("+")[0].replace("ours", "marian") + " sdpa"
+            if shipped in rows:
+                line += f", {rows[best][0] / rows[shipped][0]:.2f}x {shipped} (tok/s ratio)"
             if "marian fp32" in rows and best != "ours fp32":
                 line += f", {rows[best][0] / rows['marian fp32'][0]:.2f}x marian fp32 (tok/s ratio)"
             print(line)
