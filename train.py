@@ -52,12 +52,15 @@ from vanilla_transformer.trainer import (
 )
 from vanilla_transformer.translate import translate
 
+
 logger = logging.getLogger("train")
 
 
 @dataclass
 class ModelArguments:
-    preset: str = field(default="small", metadata={"help": f"Model size: one of {sorted(PRESETS)} (base/big: Table 3)."})
+    preset: str = field(
+        default="small", metadata={"help": f"Model size: one of {sorted(PRESETS)} (base/big: Table 3)."}
+    )
     init_from: str | None = field(
         default=None, metadata={"help": "Start from this checkpoint (path or Hub id) instead of a fresh model."}
     )
@@ -66,7 +69,9 @@ class ModelArguments:
     heads: int | None = field(default=None, metadata={"help": "Override h, the attention head count."})
     ffn_dim: int | None = field(default=None, metadata={"help": "Override d_ff."})
     dropout: float | None = field(default=None, metadata={"help": "Override P_drop (residual dropout)."})
-    attention_dropout: float | None = field(default=None, metadata={"help": "Dropout on attention weights (paper: 0)."})
+    attention_dropout: float | None = field(
+        default=None, metadata={"help": "Dropout on attention weights (paper: 0)."}
+    )
     activation_dropout: float | None = field(default=None, metadata={"help": "Dropout inside the FFN (paper: 0)."})
     position_embedding_type: str | None = field(default=None, metadata={"help": "'sinusoidal' (paper) or 'learned'."})
     normalize_before: bool | None = field(default=None, metadata={"help": "Pre-norm variant (paper: post-norm)."})
@@ -78,8 +83,10 @@ class ModelArguments:
 class DataArguments:
     dataset: str = field(
         default="../shared/data/multi30k",
-        metadata={"help": "Directory of {split}.{lang}[.gz] files, a TSV/JSONL file or directory, a save_to_disk "
-                  "directory, or a Hub dataset id with a `translation` column (e.g. wmt14)."},
+        metadata={
+            "help": "Directory of {split}.{lang}[.gz] files, a TSV/JSONL file or directory, a save_to_disk "
+            "directory, or a Hub dataset id with a `translation` column (e.g. wmt14)."
+        },
     )
     dataset_config: str | None = field(default=None, metadata={"help": "Hub dataset configuration, e.g. 'de-en'."})
     src_lang: str = field(default="en", metadata={"help": "Source language code."})
@@ -90,7 +97,9 @@ class DataArguments:
     src_column: str | None = field(default=None, metadata={"help": "Source column of a table without `translation`."})
     tgt_column: str | None = field(default=None, metadata={"help": "Target column of a table without `translation`."})
     max_length: int = field(default=128, metadata={"help": "Longest training pair kept, tokens per side."})
-    max_length_ratio: float | None = field(default=2.5, metadata={"help": "Longest accepted length ratio of a training pair."})
+    max_length_ratio: float | None = field(
+        default=2.5, metadata={"help": "Longest accepted length ratio of a training pair."}
+    )
     max_train_samples: int | None = field(default=None, metadata={"help": "Use only the first N training pairs."})
     max_eval_samples: int | None = field(
         default=None, metadata={"help": "Evaluate during training on the first N validation pairs (speed)."}
@@ -101,7 +110,8 @@ class DataArguments:
 @dataclass
 class TokenizerArguments:
     tokenizer: str | None = field(
-        default=None, metadata={"help": "Path or Hub id of a tokenizer; by default one is trained on the training split."}
+        default=None,
+        metadata={"help": "Path or Hub id of a tokenizer; by default one is trained on the training split."},
     )
     vocab_size: int = field(default=8000, metadata={"help": "Shared vocabulary size of a trained tokenizer."})
     min_frequency: int = field(default=2, metadata={"help": "Minimum pair frequency for a BPE merge."})
@@ -116,13 +126,17 @@ class RunArguments:
     plots: bool = field(default=True, metadata={"help": "Write PNG plots of loss, learning rate and BLEU."})
     max_train_minutes: float | None = field(
         default=None,
-        metadata={"help": "Stop training (with a final checkpoint) after this many minutes of wall-clock time, even "
-                  "before max_steps: 'train for about an hour' on a CPU. The schedule does not depend on max_steps."},
+        metadata={
+            "help": "Stop training (with a final checkpoint) after this many minutes of wall-clock time, even "
+            "before max_steps: 'train for about an hour' on a CPU. The schedule does not depend on max_steps."
+        },
     )
     overwrite_output_dir: bool = field(
         default=False,
-        metadata={"help": "Train into an --output_dir that holds an earlier run: its contents are deleted first. "
-                  "Without it, a non-empty --output_dir is an error unless --resume_from_checkpoint is given."},
+        metadata={
+            "help": "Train into an --output_dir that holds an earlier run: its contents are deleted first. "
+            "Without it, a non-empty --output_dir is an error unless --resume_from_checkpoint is given."
+        },
     )
 
 
@@ -185,13 +199,18 @@ def parse_args(argv: list[str] | None = None):
 def build_config(model_args: ModelArguments, tokenizer) -> VanillaTransformerConfig:
     overrides = {
         "d_model": model_args.d_model,
-        "encoder_layers": model_args.layers, "decoder_layers": model_args.layers,
-        "encoder_attention_heads": model_args.heads, "decoder_attention_heads": model_args.heads,
-        "encoder_ffn_dim": model_args.ffn_dim, "decoder_ffn_dim": model_args.ffn_dim,
-        "dropout": model_args.dropout, "attention_dropout": model_args.attention_dropout,
+        "encoder_layers": model_args.layers,
+        "decoder_layers": model_args.layers,
+        "encoder_attention_heads": model_args.heads,
+        "decoder_attention_heads": model_args.heads,
+        "encoder_ffn_dim": model_args.ffn_dim,
+        "decoder_ffn_dim": model_args.ffn_dim,
+        "dropout": model_args.dropout,
+        "attention_dropout": model_args.attention_dropout,
         "activation_dropout": model_args.activation_dropout,
         "position_embedding_type": model_args.position_embedding_type,
-        "normalize_before": model_args.normalize_before, "attention_bias": model_args.attention_bias,
+        "normalize_before": model_args.normalize_before,
+        "attention_bias": model_args.attention_bias,
         "max_position_embeddings": model_args.max_position_embeddings,
     }
     overrides = {k: v for k, v in overrides.items() if v is not None}
@@ -243,11 +262,16 @@ def tokenizer_settings(tok_args: TokenizerArguments, data_args: DataArguments) -
     """What a trained tokenizer depends on: stored beside it, and compared when a run finds one in its directory."""
     local = Path(data_args.dataset).exists()
     return {
-        "vocab_size": tok_args.vocab_size, "min_frequency": tok_args.min_frequency,
+        "vocab_size": tok_args.vocab_size,
+        "min_frequency": tok_args.min_frequency,
         "dataset": str(Path(data_args.dataset).resolve()) if local else data_args.dataset,
-        "dataset_config": data_args.dataset_config, "train_split": data_args.train_split,
-        "src_lang": data_args.src_lang, "tgt_lang": data_args.tgt_lang, "src_column": data_args.src_column,
-        "tgt_column": data_args.tgt_column, "max_train_samples": data_args.max_train_samples,
+        "dataset_config": data_args.dataset_config,
+        "train_split": data_args.train_split,
+        "src_lang": data_args.src_lang,
+        "tgt_lang": data_args.tgt_lang,
+        "src_column": data_args.src_column,
+        "tgt_column": data_args.tgt_column,
+        "max_train_samples": data_args.max_train_samples,
     }
 
 
@@ -266,8 +290,9 @@ def get_tokenizer(tok_args: TokenizerArguments, data_args: DataArguments, raw, t
             saved_path = tok_dir / TOKENIZER_SETTINGS
             saved = json.loads(saved_path.read_text()) if saved_path.is_file() else None
             if saved is None:
-                logger.warning("%s has no %s: cannot check that it was trained as this run asks.", tok_dir,
-                               TOKENIZER_SETTINGS)
+                logger.warning(
+                    "%s has no %s: cannot check that it was trained as this run asks.", tok_dir, TOKENIZER_SETTINGS
+                )
             elif saved != settings:
                 changed = sorted(k for k in settings.keys() | saved.keys() if settings.get(k) != saved.get(k))
                 raise ValueError(
@@ -276,7 +301,9 @@ def get_tokenizer(tok_args: TokenizerArguments, data_args: DataArguments, raw, t
                     f"{', '.join(f'{k}={settings.get(k)!r}' for k in changed)}: resume with the run's settings, or "
                     f"train into another --output_dir (or --overwrite_output_dir)."
                 )
-            logger.info("Using the tokenizer of this run in %s (trained by the main process, or before a resume).", tok_dir)
+            logger.info(
+                "Using the tokenizer of this run in %s (trained by the main process, or before a resume).", tok_dir
+            )
         elif training_args.process_index == 0:
             train = raw["train"]
             tokenizer = train_tokenizer(
@@ -286,7 +313,9 @@ def get_tokenizer(tok_args: TokenizerArguments, data_args: DataArguments, raw, t
             )
             tokenizer.save_pretrained(tok_dir)
             (tok_dir / TOKENIZER_SETTINGS).write_text(json.dumps(settings, indent=2) + "\n")
-            logger.info("Trained a shared BPE tokenizer of %d tokens on %d pairs -> %s", len(tokenizer), len(train), tok_dir)
+            logger.info(
+                "Trained a shared BPE tokenizer of %d tokens on %d pairs -> %s", len(tokenizer), len(train), tok_dir
+            )
     return load_tokenizer(str(tok_dir))
 
 
@@ -301,8 +330,12 @@ def plot_history(log_history: list[dict], out_dir: Path) -> list[str]:
         logger.warning("matplotlib is not installed (pip install 'vanilla-transformer[plot]'): no plots.")
         return []
     series = {
-        "loss.png": [("loss", "train loss (label-smoothed)"), ("nll_loss", "train NLL"), ("eval_loss", "validation loss"),
-                     ("eval_nll_loss", "validation NLL")],
+        "loss.png": [
+            ("loss", "train loss (label-smoothed)"),
+            ("nll_loss", "train NLL"),
+            ("eval_loss", "validation loss"),
+            ("eval_nll_loss", "validation NLL"),
+        ],
         "learning_rate.png": [("learning_rate", "learning rate")],
         "bleu.png": [("eval_bleu", "validation BLEU")],
     }
@@ -340,17 +373,26 @@ def main(argv: list[str] | None = None) -> dict:
         # never creates a branch itself.
         from vanilla_transformer.hub import ensure_repo
 
-        ensure_repo(training_args.hub_model_id or out_dir.name, private=bool(training_args.hub_private_repo),
-                    revision=training_args.hub_revision, token=training_args.hub_token)
+        ensure_repo(
+            training_args.hub_model_id or out_dir.name,
+            private=bool(training_args.hub_private_repo),
+            revision=training_args.hub_revision,
+            token=training_args.hub_token,
+        )
 
     # 1. Data (checked before anything is trained: missing files, line counts, languages, splits).
     splits = {"train": data_args.train_split, "validation": data_args.validation_split}
     if data_args.test_split:
         splits["test"] = data_args.test_split
     raw = load_parallel_corpus(
-        data_args.dataset, data_args.src_lang, data_args.tgt_lang,
-        splits=tuple(splits), split_names=splits, config_name=data_args.dataset_config,
-        src_column=data_args.src_column, tgt_column=data_args.tgt_column,
+        data_args.dataset,
+        data_args.src_lang,
+        data_args.tgt_lang,
+        splits=tuple(splits),
+        split_names=splits,
+        config_name=data_args.dataset_config,
+        src_column=data_args.src_column,
+        tgt_column=data_args.tgt_column,
     )
     if data_args.max_train_samples:
         raw["train"] = raw["train"].select(range(min(data_args.max_train_samples, len(raw["train"]))))
@@ -362,13 +404,21 @@ def main(argv: list[str] | None = None) -> dict:
     else:
         model = VanillaTransformerForConditionalGeneration(build_config(model_args, tokenizer))
     check_tokenizer_fits_model(tokenizer, model.config)
-    logger.info("Model: %s preset, %s parameters, %s", model_args.preset, f"{model.num_parameters():,}", model.config.to_diff_dict())
+    logger.info(
+        "Model: %s preset, %s parameters, %s",
+        model_args.preset,
+        f"{model.num_parameters():,}",
+        model.config.to_diff_dict(),
+    )
 
     # 3. Token ids, filtered by length (training split only; validation pairs are never dropped silently).
     with training_args.main_process_first(desc="tokenizing"):
         tokenized = tokenize_corpus(
-            DatasetDict(train=raw["train"], validation=raw["validation"]), tokenizer, max_length=data_args.max_length,
-            max_length_ratio=data_args.max_length_ratio, num_proc=data_args.preprocessing_num_workers,
+            DatasetDict(train=raw["train"], validation=raw["validation"]),
+            tokenizer,
+            max_length=data_args.max_length,
+            max_length_ratio=data_args.max_length_ratio,
+            num_proc=data_args.preprocessing_num_workers,
         )
     eval_dataset = tokenized["validation"]
     if data_args.max_eval_samples:
@@ -401,8 +451,9 @@ def main(argv: list[str] | None = None) -> dict:
 
     # 5. Results of the final model: what the run was (results.json, in the model card's schema), test BLEU, plots.
     # Each directory describes its own weights: OUTPUT_DIR the final model, OUTPUT_DIR/averaged the average.
-    results = collect_results(trainer, tokenizer, tokenized["train"], model_args, data_args, train_result,
-                              train_seconds)
+    results = collect_results(
+        trainer, tokenizer, tokenized["train"], model_args, data_args, train_result, train_seconds
+    )
     averaged_results = None
     if data_args.test_split:
         results["bleu"]["test"] = score_test_split(trainer.model, tokenizer, raw["test"], data_args, run_args, out_dir)
@@ -411,10 +462,14 @@ def main(argv: list[str] | None = None) -> dict:
             averaged = average_last_checkpoints(out_dir, run_args.average_last, tokenizer, trainer.model.device)
             if averaged is not None:
                 model_averaged, names = averaged
-                bleu = score_test_split(model_averaged, tokenizer, raw["test"], data_args, run_args,
-                                        out_dir / "averaged")
-                averaged_results = {**results, "bleu": {"test": bleu},
-                                    "checkpoint_averaging": {"num_checkpoints": len(names), "checkpoints": names}}
+                bleu = score_test_split(
+                    model_averaged, tokenizer, raw["test"], data_args, run_args, out_dir / "averaged"
+                )
+                averaged_results = {
+                    **results,
+                    "bleu": {"test": bleu},
+                    "checkpoint_averaging": {"num_checkpoints": len(names), "checkpoints": names},
+                }
                 results["averaged_model"] = {"path": "averaged", "num_checkpoints": len(names), "bleu_test": bleu}
     if run_args.plots:
         results["plots"] = plot_history(trainer.state.log_history, out_dir)
@@ -435,8 +490,11 @@ def main(argv: list[str] | None = None) -> dict:
         from vanilla_transformer.hub import push_run
 
         results["hub_commit"] = push_run(
-            out_dir, args.hub_model_id or out_dir.name, private=bool(args.hub_private_repo),
-            revision=args.hub_revision, token=args.hub_token,
+            out_dir,
+            args.hub_model_id or out_dir.name,
+            private=bool(args.hub_private_repo),
+            revision=args.hub_revision,
+            token=args.hub_token,
         )
     return results
 
@@ -451,17 +509,24 @@ def collect_results(trainer, tokenizer, train_split, model_args, data_args, trai
         "src_lang": data_args.src_lang,
         "tgt_lang": data_args.tgt_lang,
         # A local directory is named by its folder (e.g. "multi30k"); a Hub dataset also by its id (card metadata).
-        "dataset": {"name": Path(data_args.dataset).name if local else data_args.dataset,
-                    **({"path": data_args.dataset} if local else {"hub_id": data_args.dataset}),
-                    "train_pairs": len(train_split),
-                    "splits": {"train": data_args.train_split, "validation": data_args.validation_split,
-                               "test": data_args.test_split}},
+        "dataset": {
+            "name": Path(data_args.dataset).name if local else data_args.dataset,
+            **({"path": data_args.dataset} if local else {"hub_id": data_args.dataset}),
+            "train_pairs": len(train_split),
+            "splits": {
+                "train": data_args.train_split,
+                "validation": data_args.validation_split,
+                "test": data_args.test_split,
+            },
+        },
         "preset": model_args.preset,
         "num_parameters": trainer.model.num_parameters(),
         "tokenizer": {"type": "BPE with byte fallback (shared source/target)", "vocab_size": len(tokenizer)},
-        "decoding": {"num_beams": trainer.model.generation_config.num_beams,
-                     "length_penalty": trainer.model.generation_config.length_penalty,
-                     "max_length": "source length + 50"},
+        "decoding": {
+            "num_beams": trainer.model.generation_config.num_beams,
+            "length_penalty": trainer.model.generation_config.length_penalty,
+            "max_length": "source length + 50",
+        },
         "bleu": {},
         "training": {
             "steps": trainer.state.global_step,
@@ -470,17 +535,26 @@ def collect_results(trainer, tokenizer, train_split, model_args, data_args, trai
             # Source + target tokens (padding excluded) per second of training; evaluations are inside the runtime.
             "tokens_per_second": round(train_tokens * epochs / train_seconds, 1) if train_seconds else None,
             "hardware": f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPU cores, torch threads "
-                        f"{torch.get_num_threads()}" + (f", {torch.cuda.get_device_name()}" if torch.cuda.is_available() else ""),
+            f"{torch.get_num_threads()}" + (f", {torch.cuda.get_device_name()}" if torch.cuda.is_available() else ""),
             "world_size": args.world_size,
             # What the step ran in, and why (bf16="auto" follows the hardware; see vanilla_transformer.precision).
-            "precision": {"mixed_precision": args.mixed_precision, "reason": getattr(args, "precision_reason", None),
-                          "attention": config._attn_implementation, "torch_compile": args.torch_compile},
+            "precision": {
+                "mixed_precision": args.mixed_precision,
+                "reason": getattr(args, "precision_reason", None),
+                "attention": config._attn_implementation,
+                "torch_compile": args.torch_compile,
+            },
             "final_train_loss": train_result.training_loss,
             "hyperparameters": {
-                "max_tokens": args.max_tokens, "warmup_steps": args.warmup_steps, "lr_factor": args.lr_factor,
-                "label_smoothing": args.label_smoothing, "adam_betas": [args.adam_beta1, args.adam_beta2],
-                "adam_epsilon": args.adam_epsilon, "dropout": config.dropout,
-                "gradient_accumulation_steps": args.gradient_accumulation_steps, "seed": args.seed,
+                "max_tokens": args.max_tokens,
+                "warmup_steps": args.warmup_steps,
+                "lr_factor": args.lr_factor,
+                "label_smoothing": args.label_smoothing,
+                "adam_betas": [args.adam_beta1, args.adam_beta2],
+                "adam_epsilon": args.adam_epsilon,
+                "dropout": config.dropout,
+                "gradient_accumulation_steps": args.gradient_accumulation_steps,
+                "seed": args.seed,
             },
         },
         "checkpoint_averaging": None,

@@ -57,6 +57,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing here needs the Hub
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
@@ -66,15 +67,16 @@ from torch.autograd.profiler import record_function  # noqa: E402
 from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 from transformers import GenerationConfig, MarianConfig, MarianMTModel  # noqa: E402
 
+
 # Run as a script from a checkout: make the package importable without installing it.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from _data import MULTI30K, read_lines  # noqa: E402  (bench/, the script's directory)
+from machine_peak import cpu_flags, measure_peaks  # noqa: E402
 
 from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration  # noqa: E402
 from vanilla_transformer.modeling_vanilla_transformer import sinusoidal_position_encoding  # noqa: E402
 from vanilla_transformer.precision import bf16_support, fast_attention_implementation  # noqa: E402
-
-from _data import MULTI30K, read_lines  # noqa: E402  (bench/, the script's directory)
-from machine_peak import cpu_flags, measure_peaks  # noqa: E402
 
 
 # Per-preset defaults, chosen so that a run of small + base with both dtypes and --compile stays within ~10 minutes
@@ -166,7 +168,11 @@ def copy_into_marian(ours: VanillaTransformerForConditionalGeneration, marian: M
     compute the same function. Names match except that our FFN is a sub-module (`ffn.fc1` vs `fc1`)."""
     state = {name.replace(".ffn.", "."): tensor for name, tensor in ours.state_dict().items()}
     missing, unexpected = marian.load_state_dict(state, strict=False)
-    expected_missing = {"final_logits_bias", "model.encoder.embed_positions.weight", "model.decoder.embed_positions.weight"}
+    expected_missing = {
+        "final_logits_bias",
+        "model.encoder.embed_positions.weight",
+        "model.decoder.embed_positions.weight",
+    }
     if set(missing) - expected_missing or unexpected:
         raise RuntimeError(f"Weight mapping ours -> Marian is incomplete: missing {missing}, unexpected {unexpected}.")
     # Section 3.5's interleaved sin/cos (Marian's own table puts all sines first, then all cosines).
@@ -306,8 +312,9 @@ def training_variants(models: dict, dtypes: list, compile_: bool, device: torch.
     for variant in variants:
         variant.module = variant.module or variant.model
         variant.module.train()  # the preset's dropout in every model
-        variant.optimizer = torch.optim.Adam(variant.module.parameters(), lr=1e-5, betas=(0.9, 0.98), eps=1e-9,
-                                             fused=True)
+        variant.optimizer = torch.optim.Adam(
+            variant.module.parameters(), lr=1e-5, betas=(0.9, 0.98), eps=1e-9, fused=True
+        )
     return {variant.name: variant for variant in variants}
 
 
@@ -378,15 +385,16 @@ def interleaved(variants: dict, run, batches: list, reps: int, warmup: int, devi
     names = list(variants)
     first = {}
     for i in range(max(warmup, 1)):
+        batch = batches[i % len(batches)]
         for name in names:
-            seconds = timed(lambda: run(variants[name], batches[i % len(batches)]), device)["wall"]
+            seconds = timed(lambda v=variants[name], b=batch: run(v, b), device)["wall"]
             first.setdefault(name, seconds)
     times = {clock: {name: [] for name in names} for clock in CLOCKS}
     for rep in range(reps):
         batch = batches[rep % len(batches)]
         shift = rep % len(names)
         for name in names[shift:] + names[:shift]:
-            for clock, seconds in timed(lambda: run(variants[name], batch), device).items():
+            for clock, seconds in timed(lambda v=variants[name], b=batch: run(v, b), device).items():
                 times[clock][name].append(seconds)
     return times, first
 
@@ -612,11 +620,16 @@ def print_profile(title: str, results: dict, show_ops: bool) -> None:
         f"{results[n]['wall'] * 1e3:>14.1f} {100.0:>5.1f}% {sum(results[n]['ops'].values()):>6d}" for n in names
     )
     print(f"    {'total (wall time under the profiler; op calls)':52s}{cells}")
-    cells = "".join(f"{results[n]['python'] * 1e3:>14.1f} {100 * results[n]['python'] / results[n]['wall']:>5.1f}%{'':7s}" for n in names)
+    cells = "".join(
+        f"{results[n]['python'] * 1e3:>14.1f} {100 * results[n]['python'] / results[n]['wall']:>5.1f}%{'':7s}"
+        for n in names
+    )
     print(f"    {'  of which Python between ops (in the rows above)':52s}{cells}")
     backward = {n: sum(v for k, v in results[n]["seconds"].items() if k.startswith("backward")) for n in names}
     if any(backward.values()):
-        cells = "".join(f"{backward[n] * 1e3:>14.1f} {100 * backward[n] / results[n]['wall']:>5.1f}%{'':7s}" for n in names)
+        cells = "".join(
+            f"{backward[n] * 1e3:>14.1f} {100 * backward[n] / results[n]['wall']:>5.1f}%{'':7s}" for n in names
+        )
         print(f"    {'  of which backward (in the rows above)':52s}{cells}")
     cells = "".join(f"{results[n]['reads']:>28d}" for n in names)
     print(f"    {'scalar reads to the host outside the optimizer (GPU syncs)':52s}{cells}")
@@ -632,26 +645,36 @@ def print_profile(title: str, results: dict, show_ops: bool) -> None:
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter
+    )
     parser.add_argument("--presets", default="small,base", help="comma-separated presets (small, base, big)")
     parser.add_argument("--vocab-size", type=int, default=8000, help="shared BPE vocabulary (default 8000)")
-    parser.add_argument("--tokenizer-sentences", type=int, default=10000, help="training pairs the tokenizer learns from")
-    parser.add_argument("--threads", type=int, default=os.cpu_count(), help="torch.set_num_threads (default: all cores)")
+    parser.add_argument(
+        "--tokenizer-sentences", type=int, default=10000, help="training pairs the tokenizer learns from"
+    )
+    parser.add_argument(
+        "--threads", type=int, default=os.cpu_count(), help="torch.set_num_threads (default: all cores)"
+    )
     parser.add_argument("--device", default="cpu", help="cpu (default) or cuda")
     parser.add_argument(
-        "--dtype", default="float32",
+        "--dtype",
+        default="float32",
         help="comma-separated precisions, each timed for ours and Marian (default float32):\n"
         "float32, bfloat16 (training under autocast, generation with bfloat16 weights), float16 (cuda)",
     )
-    parser.add_argument("--compile", action="store_true",
-                        help="also time ours under torch.compile in the last --dtype (training step)")
+    parser.add_argument(
+        "--compile", action="store_true", help="also time ours under torch.compile in the last --dtype (training step)"
+    )
     parser.add_argument("--train-batch", type=int, help="sentences per training batch (default per preset)")
     parser.add_argument("--gen-batch", type=int, help="sentences per generation batch, x4 beams (default per preset)")
     parser.add_argument("--new-tokens", type=int, help="tokens every beam generates (default per preset)")
     parser.add_argument("--reps", type=int, help="timed repetitions per variant (default per preset)")
     parser.add_argument("--warmup", type=int, default=1, help="untimed runs per variant before timing (default 1)")
     parser.add_argument(
-        "--batches", type=int, default=1,
+        "--batches",
+        type=int,
+        default=1,
         help="distinct batches, cycled over the repetitions (default 1: then the IQR is timing noise only,\n"
         "not the spread of batch shapes)",
     )
@@ -678,7 +701,16 @@ def parse_args(argv=None) -> argparse.Namespace:
     if "float16" in names and args.device != "cuda":
         parser.error("--dtype float16 is for --device cuda (CPU autocast is bfloat16).")
     args.dtypes = [getattr(torch, d) for d in names]
-    for field in ("threads", "vocab_size", "tokenizer_sentences", "train_batch", "gen_batch", "new_tokens", "reps", "batches"):
+    for field in (
+        "threads",
+        "vocab_size",
+        "tokenizer_sentences",
+        "train_batch",
+        "gen_batch",
+        "new_tokens",
+        "reps",
+        "batches",
+    ):
         value = getattr(args, field)
         if value is not None and value < 1:
             parser.error(f"--{field.replace('_', '-')} must be a positive integer, got {value}.")
@@ -687,14 +719,26 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-def print_task(task: str, variants: dict, times: dict, first: dict, tokens: float, flops: int | None,
-               peak_gflops: float | None, device: torch.device) -> dict:
+def print_task(
+    task: str,
+    variants: dict,
+    times: dict,
+    first: dict,
+    tokens: float,
+    flops: int | None,
+    peak_gflops: float | None,
+    device: torch.device,
+) -> dict:
     """The table of one task; returns {name: (tokens/s, speed-up vs ours fp32, ratio vs marian same dtype)}."""
     clock = "cpu" if device.type == "cpu" else "wall"  # the steadier clock on a shared CPU
     base = "ours fp32" if "ours fp32" in variants else next(iter(variants))
-    print(f"\n  {task}: per variant, median (IQR) per clock; tokens/s and MFU from the {clock} clock; x = median of "
-          f"the per-round ratios (> 1 = faster)")
-    header = f"  {'variant':20s} {'wall ms':>17s} {'cpu ms':>17s} {'tgt tok/s':>10s} {'vs ' + base:>13s} {'vs marian':>10s}"
+    print(
+        f"\n  {task}: per variant, median (IQR) per clock; tokens/s and MFU from the {clock} clock; x = median of "
+        f"the per-round ratios (> 1 = faster)"
+    )
+    header = (
+        f"  {'variant':20s} {'wall ms':>17s} {'cpu ms':>17s} {'tgt tok/s':>10s} {'vs ' + base:>13s} {'vs marian':>10s}"
+    )
     if flops:
         header += f" {'TFLOP/s':>8s} {'MFU':>6s}"
     print(header + f" {'first run':>10s}")
@@ -711,21 +755,30 @@ def print_task(task: str, variants: dict, times: dict, first: dict, tokens: floa
         line = f"  {name:20s}{cells} {tokens / median:>10,.0f} {speedup:>12.2f}x {vs_marian:>9.2f}x"
         if flops:
             achieved = flops / median / 1e12
-            line += f" {achieved:>8.3f} {100 * achieved * 1e3 / peak_gflops:>5.1f}%" if peak_gflops else f" {achieved:>8.3f} {'-':>6s}"
+            line += (
+                f" {achieved:>8.3f} {100 * achieved * 1e3 / peak_gflops:>5.1f}%"
+                if peak_gflops
+                else f" {achieved:>8.3f} {'-':>6s}"
+            )
         print(line + f" {first[name]:>9.1f}s")
         summary[name] = (tokens / median, speedup, vs_marian)
     return summary
 
 
 def bench_preset(preset: str, args, tokenizer, source: list[str], target: list[str], device, peak_gflops) -> dict:
-    settings = {key: getattr(args, key) if getattr(args, key) is not None else value for key, value in PRESET_DEFAULTS[preset].items()}
+    settings = {
+        key: getattr(args, key) if getattr(args, key) is not None else value
+        for key, value in PRESET_DEFAULTS[preset].items()
+    }
     n_batches = args.batches
     train_batches = make_batches(tokenizer, source, target, settings["train_batch"], n_batches)
     gen_batches = make_batches(tokenizer, source, target, settings["gen_batch"], n_batches)
     to_device = lambda batch: {k: v.to(device) for k, v in batch.items()}  # noqa: E731
     train_batches = [to_device(b) for b in train_batches]
     gen_batches = [to_device(b) for b in gen_batches]
-    max_positions = max(512, max(b["input_ids"].shape[1] for b in train_batches + gen_batches) + settings["new_tokens"] + 2)
+    max_positions = max(
+        512, max(b["input_ids"].shape[1] for b in train_batches + gen_batches) + settings["new_tokens"] + 2
+    )
 
     config, models = build_models(preset, len(tokenizer), max_positions, device, args.seed)
     # Random models end their hypotheses at different, arbitrary steps, which would make the amount of work differ
@@ -776,35 +829,54 @@ def bench_preset(preset: str, args, tokenizer, source: list[str], target: list[s
         compiles_before = _compile_count()
         times, first = interleaved(variants, train_step, train_batches, settings["reps"], args.warmup, device)
         if args.compile:
-            print(f"  torch.compile: {_compile_count() - compiles_before} graph compilation(s) for "
-                  f"{len(train_batches)} batch shape(s)")
-        results["train"] = print_task("training step (fwd + loss + bwd + fused Adam)", variants, times, first,
-                                      tgt_tokens, flops, peak_gflops, device)
+            print(
+                f"  torch.compile: {_compile_count() - compiles_before} graph compilation(s) for "
+                f"{len(train_batches)} batch shape(s)"
+            )
+        results["train"] = print_task(
+            "training step (fwd + loss + bwd + fused Adam)",
+            variants,
+            times,
+            first,
+            tgt_tokens,
+            flops,
+            peak_gflops,
+            device,
+        )
     if not args.skip_generate:
         variants = generation_variants(models, args.dtypes, device)
         run = lambda variant, batch: generate(variant, batch, gen_config)  # noqa: E731
         times, first = interleaved(variants, run, gen_batches, settings["reps"], args.warmup, device)
         new_tokens = settings["gen_batch"] * settings["new_tokens"]
-        results["generate"] = print_task(f"beam-4 generation ({new_tokens} target tokens)", variants, times, first,
-                                         new_tokens, None, None, device)
+        results["generate"] = print_task(
+            f"beam-4 generation ({new_tokens} target tokens)", variants, times, first, new_tokens, None, None, device
+        )
 
     if args.profile:
         low = SHORT[args.dtypes[-1]]
         if not args.skip_train:
-            profiled = training_variants(models, sorted(set([torch.float32, args.dtypes[-1]]), key=str), False, device)
+            profiled = training_variants(models, sorted({torch.float32, args.dtypes[-1]}, key=str), False, device)
             names = [n for n in (f"ours {low}", f"marian {low}", "ours fp32") if n in profiled]
             per_model = {
-                name: profile_once(profiled[name].module, lambda v=profiled[name]: train_step(v, train_batches[0]), 20,
-                                   "optimizer step, zero_grad")
+                name: profile_once(
+                    profiled[name].module,
+                    lambda v=profiled[name]: train_step(v, train_batches[0]),
+                    20,
+                    "optimizer step, zero_grad",
+                )
                 for name in dict.fromkeys(names)
             }
             print_profile(f"{preset}, training step", per_model, args.profile_ops)
         if not args.skip_generate:
-            profiled = generation_variants(models, sorted(set([torch.float32, args.dtypes[-1]]), key=str), device)
+            profiled = generation_variants(models, sorted({torch.float32, args.dtypes[-1]}, key=str), device)
             names = [n for n in (f"ours {low}", f"marian {low}", "ours fp32") if n in profiled]
             per_model = {
-                name: profile_once(profiled[name].module, lambda v=profiled[name]: generate(v, gen_batches[0], gen_config),
-                                   20, "generation: beam search loop, stopping, bookkeeping")
+                name: profile_once(
+                    profiled[name].module,
+                    lambda v=profiled[name]: generate(v, gen_batches[0], gen_config),
+                    20,
+                    "generation: beam search loop, stopping, bookkeeping",
+                )
                 for name in dict.fromkeys(names)
             }
             print_profile(f"{preset}, beam-4 generation", per_model, args.profile_ops)
@@ -850,14 +922,18 @@ def main(argv=None) -> None:
     if not args.no_peak:
         peaks, _ = measure_peaks(args.presets, tokens=2048, vocab_size=args.vocab_size, device=device, reps=3)
         peak = peaks["bfloat16"]
-        print("  machine peak (machine_peak.py, GEMMs at the presets' shapes, same threads): "
-              + ", ".join(f"{mode} {gflops:.0f} GFLOP/s" for mode, gflops in peaks.items())
-              + "; MFU below is against the bfloat16 peak")
+        print(
+            "  machine peak (machine_peak.py, GEMMs at the presets' shapes, same threads): "
+            + ", ".join(f"{mode} {gflops:.0f} GFLOP/s" for mode, gflops in peaks.items())
+            + "; MFU below is against the bfloat16 peak"
+        )
     tokenizer = build_tokenizer(args.data_dir, args.vocab_size, args.tokenizer_sentences)
     source = read_lines(args.data_dir / "val.en.gz")
     target = read_lines(args.data_dir / "val.de.gz")
-    print(f"  tokenizer: shared EN+DE BPE, {len(tokenizer)} tokens, trained on {args.tokenizer_sentences} Multi30k "
-          f"training pairs; batches from Multi30k val (EN->DE), unsorted (padded)")
+    print(
+        f"  tokenizer: shared EN+DE BPE, {len(tokenizer)} tokens, trained on {args.tokenizer_sentences} Multi30k "
+        f"training pairs; batches from Multi30k val (EN->DE), unsorted (padded)"
+    )
 
     all_results = {}
     for preset in args.presets:

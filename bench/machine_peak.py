@@ -24,6 +24,7 @@ the repetitions (load from other processes only ever adds time).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import platform
 import sys
@@ -32,10 +33,12 @@ from pathlib import Path
 
 import torch
 
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from vanilla_transformer import PRESETS  # noqa: E402
 from vanilla_transformer.precision import bf16_support  # noqa: E402
+
 
 MODES = ("float32", "float32-medium", "bfloat16")
 
@@ -81,7 +84,9 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def gemm_gflops(shape: tuple[int, int, int], mode: str, device: torch.device, reps: int = 5, min_seconds: float = 0.05) -> float:
+def gemm_gflops(
+    shape: tuple[int, int, int], mode: str, device: torch.device, reps: int = 5, min_seconds: float = 0.05
+) -> float:
     """GFLOP/s of `a @ b` for `a` [M, K], `b` [K, N] in `mode`, from the fastest of `reps` timed batches of calls."""
     m, k, n = shape
     dtype = torch.bfloat16 if mode == "bfloat16" else torch.float32
@@ -128,7 +133,9 @@ def measure_peaks(
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--presets", default="small,base", help="presets whose GEMM shapes are timed (default small,base)")
+    parser.add_argument(
+        "--presets", default="small,base", help="presets whose GEMM shapes are timed (default small,base)"
+    )
     parser.add_argument("--tokens", type=int, default=2048, help="rows of the activations (tokens in a batch)")
     parser.add_argument("--vocab-size", type=int, default=8000)
     parser.add_argument("--threads", type=int, default=os.cpu_count(), help="torch threads (default: all cores)")
@@ -137,15 +144,15 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
-    print(f"machine_peak: torch {torch.__version__}, device {device}, threads {torch.get_num_threads()} of "
-          f"{os.cpu_count()} cores" + (f", {torch.cuda.get_device_name(device)}" if device.type == "cuda" else ""))
+    print(
+        f"machine_peak: torch {torch.__version__}, device {device}, threads {torch.get_num_threads()} of "
+        f"{os.cpu_count()} cores" + (f", {torch.cuda.get_device_name(device)}" if device.type == "cuda" else "")
+    )
     if device.type == "cpu":
         for key, value in cpu_flags().items():
             print(f"  {key:22s} {value}")
-        try:
+        with contextlib.suppress(OSError):  # no load average on some platforms
             print(f"  load average (1 min) {os.getloadavg()[0]:.1f}: other processes lower what is measured here")
-        except OSError:
-            pass
     print(f"  bfloat16: {bf16_support(device)[1]}")
     presets = [p.strip() for p in args.presets.split(",") if p.strip()]
     peaks, table = measure_peaks(presets, args.tokens, args.vocab_size, device, reps=args.reps)
@@ -153,7 +160,9 @@ def main(argv=None) -> None:
     print(f"\n  GFLOP/s of [M, K] x [K, N]{'':28s}{header}")
     names = list(dict.fromkeys(name for name, _ in table))
     for name in names:
-        m, k, n = next(model_shapes(p, args.tokens, args.vocab_size)[name] for p in presets if name.startswith(p + " "))
+        m, k, n = next(
+            model_shapes(p, args.tokens, args.vocab_size)[name] for p in presets if name.startswith(p + " ")
+        )
         cells = "".join(f"{table[(name, mode)]:>16.0f}" for mode in MODES)
         print(f"  {name:32s} {m:>5d}x{k:<4d}x{n:<5d}{cells}")
     print(f"  {'peak (best shape)':51s}" + "".join(f"{peaks[mode]:>16.0f}" for mode in MODES))

@@ -2,19 +2,19 @@
 `model.generate` called directly on each sentence (same beams); order, empty lines and over-long lines; option
 errors; `--help`; routing of `average`."""
 
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
-
 from helpers import read_multi30k, subprocess_env
+
 from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 from vanilla_transformer.cli import build_parser, load_model, main, read_lines
 from vanilla_transformer.precision import fast_attention_implementation
 from vanilla_transformer.tokenization import train_tokenizer
+
 
 ROOT = Path(__file__).resolve().parents[1]
 MAX_LENGTH = 48  # the tokenizer's model_max_length: longer lines are truncated by translate
@@ -27,8 +27,15 @@ def checkpoint(tmp_path_factory):
     tokenizer = train_tokenizer(src + tgt, vocab_size=600, model_max_length=MAX_LENGTH)
     torch.manual_seed(0)
     config = VanillaTransformerConfig(
-        vocab_size=len(tokenizer), d_model=32, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
-        decoder_attention_heads=2, encoder_ffn_dim=64, decoder_ffn_dim=64, dropout=0.0,
+        vocab_size=len(tokenizer),
+        d_model=32,
+        encoder_layers=1,
+        decoder_layers=1,
+        encoder_attention_heads=2,
+        decoder_attention_heads=2,
+        encoder_ffn_dim=64,
+        decoder_ffn_dim=64,
+        dropout=0.0,
     )
     model = VanillaTransformerForConditionalGeneration(config)
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-3, betas=(0.9, 0.98))
@@ -36,8 +43,13 @@ def checkpoint(tmp_path_factory):
     model.train()
     for _ in range(150):
         rows = torch.randint(len(src), (32,), generator=generator).tolist()
-        batch = tokenizer([src[i] for i in rows], text_target=[tgt[i] for i in rows], padding=True,
-                          truncation=True, return_tensors="pt")
+        batch = tokenizer(
+            [src[i] for i in rows],
+            text_target=[tgt[i] for i in rows],
+            padding=True,
+            truncation=True,
+            return_tensors="pt",
+        )
         labels = batch["labels"].masked_fill(batch["labels"] == tokenizer.pad_token_id, -100)
         loss = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=labels).loss
         loss.backward()
@@ -80,14 +92,29 @@ def test_file_to_file_equals_generate_per_sentence(checkpoint, lines, tmp_path):
     source, target = tmp_path / "test.en", tmp_path / "test.de"
     source.write_text("\n".join(lines) + "\n", encoding="utf-8")
     # batch size 3: sentences of different lengths share batches (padding), and several batches are needed.
-    status = main(["translate", "--model", str(path), "--input", str(source), "--output", str(target),
-                   "--batch-size", "3", "--device", "cpu"])
+    status = main(
+        [
+            "translate",
+            "--model",
+            str(path),
+            "--input",
+            str(source),
+            "--output",
+            str(target),
+            "--batch-size",
+            "3",
+            "--device",
+            "cpu",
+        ]
+    )
     assert status == 0
     got = target.read_text(encoding="utf-8").split("\n")
     assert got[-1] == "" and len(got) - 1 == len(lines)  # one line out per line in, each ended by "\n"
     want = expected(model, tokenizer, lines)  # beams: the model's generation config (4), as the command's default
     assert got[:-1] == want
-    assert [i for i, line in enumerate(got[:-1]) if not line] == [i for i, line in enumerate(lines) if not line.strip()]
+    assert [i for i, line in enumerate(got[:-1]) if not line] == [
+        i for i, line in enumerate(lines) if not line.strip()
+    ]
     # The translations differ from one sentence to the next, so a shuffled order could not pass.
     assert len(set(want) - {""}) >= 10
 
@@ -97,9 +124,25 @@ def test_stdin_to_stdout_in_a_subprocess(checkpoint, lines):
     text = "\r\n".join(lines[:9])  # Windows line ends, no newline after the last line
     env = subprocess_env()
     result = subprocess.run(
-        [sys.executable, "-m", "vanilla_transformer.cli", "translate", "--model", str(path), "--beams", "1",
-         "--batch-size", "4", "--device", "cpu"],
-        input=text.encode("utf-8"), capture_output=True, cwd=ROOT, env=env, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "vanilla_transformer.cli",
+            "translate",
+            "--model",
+            str(path),
+            "--beams",
+            "1",
+            "--batch-size",
+            "4",
+            "--device",
+            "cpu",
+        ],
+        input=text.encode("utf-8"),
+        capture_output=True,
+        cwd=ROOT,
+        env=env,
+        timeout=300,
     )
     assert result.returncode == 0, result.stderr.decode()
     assert result.stdout.decode("utf-8").split("\n") == [*expected(model, tokenizer, lines[:9], num_beams=1), ""]
@@ -111,8 +154,19 @@ def test_progress_bar_only_on_a_terminal(checkpoint, lines, tmp_path, capsys, mo
     path, _, _ = checkpoint
     source = tmp_path / "in.en"
     source.write_text(lines[1] + "\n", encoding="utf-8")
-    args = ["translate", "--model", str(path), "--input", str(source), "--output", str(tmp_path / "out"),
-            "--beams", "1", "--device", "cpu"]
+    args = [
+        "translate",
+        "--model",
+        str(path),
+        "--input",
+        str(source),
+        "--output",
+        str(tmp_path / "out"),
+        "--beams",
+        "1",
+        "--device",
+        "cpu",
+    ]
     assert main(args) == 0
     assert "translate" not in capsys.readouterr().err
     monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
@@ -128,8 +182,21 @@ def test_overlong_line_is_truncated_with_a_warning_not_dropped(checkpoint, lines
     source, target = tmp_path / "in.en", tmp_path / "out.de"
     source.write_text("\n".join([lines[1], long_line, lines[2]]) + "\n", encoding="utf-8")
     with caplog.at_level("WARNING"):
-        status = main(["translate", "--model", str(path), "--input", str(source), "--output", str(target),
-                       "--beams", "1", "--device", "cpu"])
+        status = main(
+            [
+                "translate",
+                "--model",
+                str(path),
+                "--input",
+                str(source),
+                "--output",
+                str(target),
+                "--beams",
+                "1",
+                "--device",
+                "cpu",
+            ]
+        )
     assert status == 0
     got = target.read_text(encoding="utf-8").splitlines()
     # The long line is translated from its first MAX_LENGTH tokens (</s> included), in its place.
@@ -151,8 +218,22 @@ def test_read_lines_splits_on_newlines_only(tmp_path):
 def test_empty_input_gives_empty_output(checkpoint, tmp_path):
     source, target = tmp_path / "empty.en", tmp_path / "empty.de"
     source.write_text("", encoding="utf-8")
-    assert main(["translate", "--model", str(checkpoint[0]), "--input", str(source), "--output", str(target),
-                 "--device", "cpu"]) == 0
+    assert (
+        main(
+            [
+                "translate",
+                "--model",
+                str(checkpoint[0]),
+                "--input",
+                str(source),
+                "--output",
+                str(target),
+                "--device",
+                "cpu",
+            ]
+        )
+        == 0
+    )
     assert target.read_bytes() == b""
 
 
@@ -190,8 +271,28 @@ def test_bfloat16_weights(checkpoint, lines, tmp_path):
     path, _, _ = checkpoint
     source, target = tmp_path / "in.en", tmp_path / "out.de"
     source.write_text("\n".join(lines[1:4]) + "\n", encoding="utf-8")
-    assert main(["translate", "--model", str(path), "--input", str(source), "--output", str(target),
-                 "--dtype", "bfloat16", "--beams", "1", "--batch-size", "1", "--device", "cpu"]) == 0
+    assert (
+        main(
+            [
+                "translate",
+                "--model",
+                str(path),
+                "--input",
+                str(source),
+                "--output",
+                str(target),
+                "--dtype",
+                "bfloat16",
+                "--beams",
+                "1",
+                "--batch-size",
+                "1",
+                "--device",
+                "cpu",
+            ]
+        )
+        == 0
+    )
     # In bfloat16 on a CPU the command uses the eager attention, the fast kernel there (precision.py); kernels round
     # differently in bfloat16, so the reference uses the same one.
     bf16 = VanillaTransformerForConditionalGeneration.from_pretrained(
@@ -211,8 +312,28 @@ def test_dtype_auto_is_bfloat16_only_where_native(checkpoint, lines, tmp_path, m
     assert loaded.config._attn_implementation == ("eager" if native else "sdpa")
     source, target = tmp_path / "in.en", tmp_path / "out.de"
     source.write_text("\n".join(lines[1:4]) + "\n", encoding="utf-8")
-    assert main(["translate", "--model", str(path), "--input", str(source), "--output", str(target),
-                 "--dtype", "auto", "--beams", "1", "--batch-size", "1", "--device", "cpu"]) == 0
+    assert (
+        main(
+            [
+                "translate",
+                "--model",
+                str(path),
+                "--input",
+                str(source),
+                "--output",
+                str(target),
+                "--dtype",
+                "auto",
+                "--beams",
+                "1",
+                "--batch-size",
+                "1",
+                "--device",
+                "cpu",
+            ]
+        )
+        == 0
+    )
     if native:
         reference = VanillaTransformerForConditionalGeneration.from_pretrained(
             path, dtype=torch.bfloat16, attn_implementation="eager"
@@ -236,8 +357,18 @@ def test_help_documents_every_option(capsys):
         for action in sub._actions:
             for option in action.option_strings or [action.dest]:
                 assert option in text, (name, option)
-    for option in ("--model", "--input", "--output", "--beams", "--batch-size", "--device", "--dtype",
-                   "--max-new-tokens", "--revision", "--trust-remote-code"):
+    for option in (
+        "--model",
+        "--input",
+        "--output",
+        "--beams",
+        "--batch-size",
+        "--device",
+        "--dtype",
+        "--max-new-tokens",
+        "--revision",
+        "--trust-remote-code",
+    ):
         assert any(option in a.option_strings for a in subparsers["translate"]._actions), option
 
 

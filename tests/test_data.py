@@ -14,12 +14,13 @@ import datasets
 import numpy as np
 import pytest
 import torch
+from helpers import MULTI30K, read_multi30k
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import DataCollatorForSeq2Seq, PreTrainedTokenizerFast
 
-from helpers import MULTI30K, read_multi30k
 from vanilla_transformer.batching import TokenBatchSampler, padding_stats
 from vanilla_transformer.data import MODEL_INPUT_COLUMNS, load_parallel_corpus, tokenize_corpus
+
 
 M30K_SPLITS = {"validation": "val", "test": "test_2016_flickr"}
 EOS = 2
@@ -34,12 +35,18 @@ def _make_tokenizer(texts, post_processor=True):
     tok = Tokenizer(models.BPE(unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Metaspace()
     tok.decoder = decoders.Metaspace()
-    trainer = trainers.BpeTrainer(vocab_size=800, special_tokens=["<pad>", "<s>", "</s>", "<unk>"], show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=800, special_tokens=["<pad>", "<s>", "</s>", "<unk>"], show_progress=False
+    )
     tok.train_from_iterator(texts, trainer)
     if post_processor:
         tok.post_processor = processors.TemplateProcessing(single="$A </s>", special_tokens=[("</s>", EOS)])
     return PreTrainedTokenizerFast(
-        tokenizer_object=tok, pad_token="<pad>", bos_token="<s>", eos_token="</s>", unk_token="<unk>",
+        tokenizer_object=tok,
+        pad_token="<pad>",
+        bos_token="<s>",
+        eos_token="</s>",
+        unk_token="<unk>",
         model_input_names=["input_ids", "attention_mask"],
     )
 
@@ -60,7 +67,9 @@ def multi30k(cache):
 def train_lengths(multi30k, tokenizer):
     """Real Multi30k EN->DE train lengths (the first 10,000 pairs, to keep the suite fast), through
     tokenize_corpus."""
-    tokenized = tokenize_corpus(datasets.DatasetDict({"train": multi30k["train"].select(range(10_000))}), tokenizer)["train"]
+    tokenized = tokenize_corpus(datasets.DatasetDict({"train": multi30k["train"].select(range(10_000))}), tokenizer)[
+        "train"
+    ]
     return np.asarray(tokenized["src_len"]), np.asarray(tokenized["tgt_len"])
 
 
@@ -81,17 +90,21 @@ def test_multi30k_gz_directory_matches_the_files(multi30k):
 
 
 def test_direction_swap(multi30k, cache):
-    de_en = load_parallel_corpus(MULTI30K, "de", "en", splits=("validation",), split_names={"validation": "val"}, cache_dir=cache)
+    de_en = load_parallel_corpus(
+        MULTI30K, "de", "en", splits=("validation",), split_names={"validation": "val"}, cache_dir=cache
+    )
     assert de_en["validation"]["source"][:] == multi30k["validation"]["target"][:]
     assert de_en["validation"]["target"][:] == multi30k["validation"]["source"][:]
-    fr = load_parallel_corpus(MULTI30K, "en", "fr", splits=("validation",), split_names={"validation": "val"}, cache_dir=cache)
+    fr = load_parallel_corpus(
+        MULTI30K, "en", "fr", splits=("validation",), split_names={"validation": "val"}, cache_dir=cache
+    )
     assert fr["validation"][3]["target"] == read_multi30k("val.fr.gz")[3]
 
 
 def test_plain_directory_keeps_lines_aligned(tmp_path, cache):
     # CRLF line ends are removed; a lone "\r" inside a sentence does not start a new line.
     (tmp_path / "train.en").write_bytes(b"A dog runs.\r\nTwo\rcats.\r\nEnd\n")
-    (tmp_path / "train.de").write_bytes("Ein Hund rennt.\nZwei Katzen.\nEnde".encode())  # no final newline
+    (tmp_path / "train.de").write_bytes(b"Ein Hund rennt.\nZwei Katzen.\nEnde")  # no final newline
     ds = load_parallel_corpus(tmp_path, "en", "de", splits=("train",), cache_dir=cache)["train"]
     assert ds["source"][:] == ["A dog runs.", "Two\rcats.", "End"]
     assert ds["target"][:] == ["Ein Hund rennt.", "Zwei Katzen.", "Ende"]
@@ -102,12 +115,14 @@ def test_plain_and_gz_give_the_same_rows(tmp_path, cache):
     (tmp_path / "dev.en").write_text("\n".join(en) + "\n", encoding="utf-8")
     with gzip.open(tmp_path / "dev.de.gz", "wt", encoding="utf-8") as f:  # mixed plain / gz is fine
         f.write("\n".join(de) + "\n")
-    ds = load_parallel_corpus(tmp_path, "en", "de", splits=("validation",), split_names={"validation": "dev"}, cache_dir=cache)
+    ds = load_parallel_corpus(
+        tmp_path, "en", "de", splits=("validation",), split_names={"validation": "dev"}, cache_dir=cache
+    )
     assert ds["validation"]["source"][:] == en and ds["validation"]["target"][:] == de
 
 
 TRICKY = [  # each one is silently changed by pandas' defaults
-    ("A \"quoted\" word.", "Ein „zitiertes“ Wort."),
+    ('A "quoted" word.', "Ein „zitiertes“ Wort."),
     ("NA", "null"),
     ("1984", "3.50"),
     ("'single' quotes", "N/A"),
@@ -136,17 +151,29 @@ def test_tsv_file_keeps_text_verbatim(tmp_path, cache, gz):
 def test_tsv_directory_named_and_headerless_columns(tmp_path, cache):
     _write_tsv(tmp_path / "train.tsv", ["english", "german"], TRICKY)
     _write_tsv(tmp_path / "validation.tsv", ["english", "german"], TRICKY[:2])
-    dsd = load_parallel_corpus(tmp_path, "en", "de", splits=("train", "validation"), src_column="english", tgt_column="german", cache_dir=cache)
+    dsd = load_parallel_corpus(
+        tmp_path,
+        "en",
+        "de",
+        splits=("train", "validation"),
+        src_column="english",
+        tgt_column="german",
+        cache_dir=cache,
+    )
     assert len(dsd["train"]) == 4 and dsd["validation"][1] == {"source": "NA", "target": "null"}
 
     headerless = tmp_path / "raw.tsv"
     _write_tsv(headerless, None, TRICKY)
-    ds = load_parallel_corpus(headerless, "en", "de", splits=("train",), column_names=["en", "de"], cache_dir=cache)["train"]
+    ds = load_parallel_corpus(headerless, "en", "de", splits=("train",), column_names=["en", "de"], cache_dir=cache)[
+        "train"
+    ]
     assert list(zip(ds["source"], ds["target"])) == TRICKY
 
 
 def test_jsonl_columns_and_translation_rows(tmp_path, cache):
-    (tmp_path / "train.jsonl").write_text("".join(json.dumps({"en": en, "de": de}) + "\n" for en, de in TRICKY), encoding="utf-8")
+    (tmp_path / "train.jsonl").write_text(
+        "".join(json.dumps({"en": en, "de": de}) + "\n" for en, de in TRICKY), encoding="utf-8"
+    )
     (tmp_path / "test.jsonl").write_text(
         "".join(json.dumps({"translation": {"en": en, "de": de}}) + "\n" for en, de in TRICKY), encoding="utf-8"
     )
@@ -162,10 +189,14 @@ def _wmt_like():
         "test": [("Sun.", "Sonne.")],
     }
     features = datasets.Features({"translation": datasets.Translation(languages=["de", "en"])})
-    return datasets.DatasetDict({
-        split: datasets.Dataset.from_dict({"translation": [{"en": en, "de": de} for en, de in pairs]}, features=features)
-        for split, pairs in rows.items()
-    }), rows
+    return datasets.DatasetDict(
+        {
+            split: datasets.Dataset.from_dict(
+                {"translation": [{"en": en, "de": de} for en, de in pairs]}, features=features
+            )
+            for split, pairs in rows.items()
+        }
+    ), rows
 
 
 def test_translation_column_save_to_disk_and_in_memory(tmp_path):
@@ -210,8 +241,8 @@ def test_hub_id_unreachable_is_a_value_error(monkeypatch):
 
 
 def _pair_dir(tmp_path, en_lines, de_lines, stem="train"):
-    (tmp_path / f"{stem}.en").write_text("".join(l + "\n" for l in en_lines), encoding="utf-8")
-    (tmp_path / f"{stem}.de").write_text("".join(l + "\n" for l in de_lines), encoding="utf-8")
+    (tmp_path / f"{stem}.en").write_text("".join(line + "\n" for line in en_lines), encoding="utf-8")
+    (tmp_path / f"{stem}.de").write_text("".join(line + "\n" for line in de_lines), encoding="utf-8")
     return tmp_path
 
 
@@ -265,12 +296,15 @@ def test_error_malformed_tsv_row(tmp_path, cache):
         load_parallel_corpus(tmp_path / "bad.tsv", "en", "de", splits=("train",), cache_dir=cache)
 
 
-@pytest.mark.parametrize("bad_line, line, fields", [
-    ("c", 3, 1),              # a field missing (pandas would fill it with "")
-    ("", 3, 1),               # a blank line
-    ("c\td\te", 2, 3),        # one too many in the first row (pandas would make the first column an index)
-    ("c\td\te", 5000, 3),     # ... and far into the file
-])
+@pytest.mark.parametrize(
+    "bad_line, line, fields",
+    [
+        ("c", 3, 1),  # a field missing (pandas would fill it with "")
+        ("", 3, 1),  # a blank line
+        ("c\td\te", 2, 3),  # one too many in the first row (pandas would make the first column an index)
+        ("c\td\te", 5000, 3),  # ... and far into the file
+    ],
+)
 def test_error_malformed_tsv_row_wherever_it_is(tmp_path, cache, bad_line, line, fields):
     rows = [f"a{i}\tb{i}" for i in range(6000)]
     rows[line - 2] = bad_line  # rows start at line 2, after the header
@@ -338,7 +372,11 @@ def test_filtering_counts_per_split(multi30k, tokenizer, caplog):
     for split in ("train", "validation"):
         is_train = split == "train"
         expected = [_expected_reason(s, t, tokenizer, 60, 2.5, is_train) for s, t in pairs]
-        assert expected[10:15] == (["empty", "empty", "too long", "bad length ratio", None] if is_train else [None, None, "too long", None, None])
+        assert expected[10:15] == (
+            ["empty", "empty", "too long", "bad length ratio", None]
+            if is_train
+            else [None, None, "too long", None, None]
+        )
         counts = Counter(r for r in expected if r)
         assert out[split]["source"][:] == [s for (s, _), r in zip(pairs, expected) if r is None]
         record = next(r for r in caplog.records if f"'{split}'" in r.getMessage())
@@ -408,14 +446,27 @@ def test_trainer_drops_the_extra_columns(multi30k, tokenizer, tmp_path):
     from transformers import Trainer, TrainingArguments
 
     config = modeling.VanillaTransformerConfig.from_preset(
-        "small", vocab_size=len(tokenizer), d_model=32, encoder_layers=1, decoder_layers=1,
-        encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=64, decoder_ffn_dim=64,
+        "small",
+        vocab_size=len(tokenizer),
+        d_model=32,
+        encoder_layers=1,
+        decoder_layers=1,
+        encoder_attention_heads=2,
+        decoder_attention_heads=2,
+        encoder_ffn_dim=64,
+        decoder_ffn_dim=64,
     )
     model = modeling.VanillaTransformerForConditionalGeneration(config)
-    out = tokenize_corpus(datasets.DatasetDict({"train": multi30k["validation"].select(range(16))}), tokenizer)["train"]
+    out = tokenize_corpus(datasets.DatasetDict({"train": multi30k["validation"].select(range(16))}), tokenizer)[
+        "train"
+    ]
     args = TrainingArguments(output_dir=str(tmp_path), per_device_train_batch_size=4, use_cpu=True, report_to=[])
-    trainer = Trainer(model=model, args=args, train_dataset=out,
-                      data_collator=DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=-100))
+    trainer = Trainer(
+        model=model,
+        args=args,
+        train_dataset=out,
+        data_collator=DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=-100),
+    )
     batch = next(iter(trainer.get_train_dataloader()))
     assert set(batch) == {"input_ids", "attention_mask", "labels", "decoder_input_ids"}
     assert model(**batch).loss.isfinite()

@@ -3,17 +3,16 @@ counts, and itself across cache / attention implementation / save-load / remote 
 
 import json
 import math
-import os
 import subprocess
 import sys
 import textwrap
 
 import pytest
 import torch
+from helpers import BLOCK_PACKAGE, subprocess_env
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from helpers import BLOCK_PACKAGE, subprocess_env
 from vanilla_transformer import (
     VanillaTransformerConfig,
     VanillaTransformerForConditionalGeneration,
@@ -22,9 +21,17 @@ from vanilla_transformer import (
 from vanilla_transformer import modeling_vanilla_transformer as modeling
 from vanilla_transformer.modeling_vanilla_transformer import label_smoothed_cross_entropy, sinusoidal_position_encoding
 
+
 TINY = dict(
-    vocab_size=97, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
-    decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, dropout=0.0,
+    vocab_size=97,
+    d_model=32,
+    encoder_layers=2,
+    decoder_layers=2,
+    encoder_attention_heads=4,
+    decoder_attention_heads=4,
+    encoder_ffn_dim=64,
+    decoder_ffn_dim=64,
+    dropout=0.0,
 )
 
 
@@ -113,7 +120,11 @@ def test_decoder_layer_matches_torch_transformer_decoder_layer(attn, bias):
     _copy_ffn_norms(
         ours,
         ref,
-        [(ours.self_attn_layer_norm, ref.norm1), (ours.encoder_attn_layer_norm, ref.norm2), (ours.final_layer_norm, ref.norm3)],
+        [
+            (ours.self_attn_layer_norm, ref.norm1),
+            (ours.encoder_attn_layer_norm, ref.norm2),
+            (ours.final_layer_norm, ref.norm3),
+        ],
     )
     torch.manual_seed(4)
     memory = torch.randn(3, 9, 32)
@@ -125,10 +136,15 @@ def test_decoder_layer_matches_torch_transformer_decoder_layer(attn, bias):
     with torch.no_grad():
         got = ours(tgt, self_mask, memory, encoder_attention_mask=src_mask.bool()[:, None, None, :])
         want = ref(
-            tgt, memory, tgt_mask=torch.nn.Transformer.generate_square_subsequent_mask(6),
-            tgt_key_padding_mask=~tgt_keep, memory_key_padding_mask=~src_mask.bool(),
+            tgt,
+            memory,
+            tgt_mask=torch.nn.Transformer.generate_square_subsequent_mask(6),
+            tgt_key_padding_mask=~tgt_keep,
+            memory_key_padding_mask=~src_mask.bool(),
         )
-    assert torch.allclose(got[tgt_keep], want[tgt_keep], atol=1e-5, rtol=0), (got[tgt_keep] - want[tgt_keep]).abs().max()
+    assert torch.allclose(got[tgt_keep], want[tgt_keep], atol=1e-5, rtol=0), (
+        (got[tgt_keep] - want[tgt_keep]).abs().max()
+    )
 
 
 def test_positional_encoding_is_the_papers_formula():
@@ -180,7 +196,9 @@ def test_parameter_counts_match_table_3():
     counts = {}
     for preset, paper, tolerance in (("base", 65e6, 0.05), ("big", 213e6, 0.03)):
         with torch.device("meta"):
-            model = VanillaTransformerForConditionalGeneration(VanillaTransformerConfig.from_preset(preset, vocab_size=37000))
+            model = VanillaTransformerForConditionalGeneration(
+                VanillaTransformerConfig.from_preset(preset, vocab_size=37000)
+            )
         counts[preset] = model.num_parameters()  # tied weights counted once
         print(f"{preset}: {counts[preset]:,} parameters (paper, Table 3: {paper / 1e6:.0f}M)")
         assert abs(counts[preset] - paper) / paper < tolerance
@@ -313,8 +331,13 @@ def test_incremental_decoding_with_cache_equals_full_forward(attn):
     enc = model.get_encoder()(ids, attention_mask=mask)
     past, steps = None, []
     for t in range(target.shape[1]):
-        out = model(encoder_outputs=enc, attention_mask=mask, decoder_input_ids=target[:, t : t + 1],
-                    past_key_values=past, use_cache=True)
+        out = model(
+            encoder_outputs=enc,
+            attention_mask=mask,
+            decoder_input_ids=target[:, t : t + 1],
+            past_key_values=past,
+            use_cache=True,
+        )
         past = out.past_key_values
         steps.append(out.logits)
     assert torch.allclose(torch.cat(steps, 1), full, atol=1e-5)
@@ -341,7 +364,7 @@ def test_batched_generation_equals_generating_each_sentence_alone(num_beams):
         alone = model.generate(input_ids=ids[i : i + 1, :n], num_beams=num_beams)[0]
         assert torch.equal(batched[i, : alone.shape[0]], alone)
         # Anything after the sentence's own end is padding/eos only.
-        assert set(batched[i, alone.shape[0]:].tolist()) <= {0, 2}
+        assert set(batched[i, alone.shape[0] :].tolist()) <= {0, 2}
 
 
 def test_default_decoding_is_the_papers():
@@ -385,8 +408,13 @@ def _tiny_marian(attn):
     from transformers import MarianConfig, MarianMTModel
 
     config = MarianConfig(
-        **{k: v for k, v in TINY.items() if k != "dropout"}, dropout=0.0, pad_token_id=0, eos_token_id=2,
-        decoder_start_token_id=1, max_position_embeddings=64, attn_implementation=attn,
+        **{k: v for k, v in TINY.items() if k != "dropout"},
+        dropout=0.0,
+        pad_token_id=0,
+        eos_token_id=2,
+        decoder_start_token_id=1,
+        max_position_embeddings=64,
+        attn_implementation=attn,
     )
     return MarianMTModel(config).eval()
 
@@ -408,8 +436,9 @@ def test_output_attentions_under_sdpa_follows_transformers(caplog):
         assert getattr(out, name) == getattr(marian, name) == (), name
     # generate with attentions asked for runs too, and gives the same tokens.
     gen = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=5)
-    gen_att = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=5, output_attentions=True,
-                             return_dict_in_generate=True)
+    gen_att = model.generate(
+        input_ids=ids, attention_mask=mask, max_new_tokens=5, output_attentions=True, return_dict_in_generate=True
+    )
     assert torch.equal(gen, gen_att.sequences)
 
 
@@ -430,8 +459,12 @@ def test_gradient_checkpointing_gives_the_same_gradients():
 
 def test_variants_behind_flags():
     ids, mask = padded_batch()
-    for flags in (dict(normalize_before=True), dict(position_embedding_type="learned"), dict(attention_bias=True),
-                  dict(attention_dropout=0.1, activation_dropout=0.1)):
+    for flags in (
+        dict(normalize_before=True),
+        dict(position_embedding_type="learned"),
+        dict(attention_bias=True),
+        dict(attention_dropout=0.1, activation_dropout=0.1),
+    ):
         model = tiny_model(**flags)
         out = model(input_ids=ids, attention_mask=mask, decoder_input_ids=ids)
         assert torch.isfinite(out.logits).all(), flags
@@ -488,7 +521,9 @@ def test_generate_continues_from_its_returned_cache(attn, crop, with_mask):
     if crop:
         cache.crop(-1)
     extra = {"decoder_attention_mask": torch.ones_like(first.sequences)} if with_mask else {}
-    continued = model.generate(**kw, max_new_tokens=1, decoder_input_ids=first.sequences, past_key_values=cache, **extra)
+    continued = model.generate(
+        **kw, max_new_tokens=1, decoder_input_ids=first.sequences, past_key_values=cache, **extra
+    )
     _assert_same_generation(full, continued, first.scores)
 
 
@@ -502,13 +537,16 @@ def test_generation_from_a_prefix_with_its_cache_equals_without(attn, num_beams,
     model = tiny_model(attn)
     ids, mask = padded_batch()
     prefix = torch.tensor([[1, 10, 11], [1, 12, 13], [1, 14, 15]])
-    kw = dict(input_ids=ids, attention_mask=mask, num_beams=num_beams, max_new_tokens=4, decoder_input_ids=prefix,
-              **NO_STOP)
+    kw = dict(
+        input_ids=ids, attention_mask=mask, num_beams=num_beams, max_new_tokens=4, decoder_input_ids=prefix, **NO_STOP
+    )
     reference = model.generate(**kw)
     expanded = [t.repeat_interleave(num_beams, dim=0) for t in (ids, mask, prefix)]
     fed = expanded[2][:, :-1] if crop else expanded[2]
     with torch.no_grad():
-        cache = model(input_ids=expanded[0], attention_mask=expanded[1], decoder_input_ids=fed, use_cache=True).past_key_values
+        cache = model(
+            input_ids=expanded[0], attention_mask=expanded[1], decoder_input_ids=fed, use_cache=True
+        ).past_key_values
     _assert_same_generation(reference, model.generate(**kw, past_key_values=cache))
 
 
@@ -560,8 +598,10 @@ def test_empty_state_dict_materialises_and_initialises_every_parameter():
         assert torch.all(norm.weight == 1) and torch.all(norm.bias == 0)
 
 
-@pytest.mark.parametrize("cls, key", [(VanillaTransformerModel, "shared.weight"),
-                                      (VanillaTransformerForConditionalGeneration, "model.shared.weight")])
+@pytest.mark.parametrize(
+    "cls, key",
+    [(VanillaTransformerModel, "shared.weight"), (VanillaTransformerForConditionalGeneration, "model.shared.weight")],
+)
 def test_checkpoint_without_the_shared_embedding_reports_it_missing(tmp_path, cls, key):
     from safetensors.torch import load_file
 
@@ -600,7 +640,9 @@ def test_save_load_round_trip_bit_identical(tmp_path):
     reloaded = VanillaTransformerForConditionalGeneration.from_pretrained(tmp_path).eval()
     kw = dict(input_ids=ids, attention_mask=mask, decoder_input_ids=ids)
     assert torch.equal(model(**kw).logits, reloaded(**kw).logits)
-    assert torch.equal(model.generate(input_ids=ids, attention_mask=mask), reloaded.generate(input_ids=ids, attention_mask=mask))
+    assert torch.equal(
+        model.generate(input_ids=ids, attention_mask=mask), reloaded.generate(input_ids=ids, attention_mask=mask)
+    )
 
 
 def test_remote_code_load_in_a_process_without_the_package(tmp_path):
@@ -608,11 +650,14 @@ def test_remote_code_load_in_a_process_without_the_package(tmp_path):
     ids, mask = padded_batch()
     ckpt = tmp_path / "ckpt"
     model.save_pretrained(ckpt)
-    assert (ckpt / "modeling_vanilla_transformer.py").exists() and (ckpt / "configuration_vanilla_transformer.py").exists()
+    assert (ckpt / "modeling_vanilla_transformer.py").exists() and (
+        ckpt / "configuration_vanilla_transformer.py"
+    ).exists()
     expected = {
         "logits": model(input_ids=ids, attention_mask=mask, decoder_input_ids=ids).logits.contiguous(),
         "generated": model.generate(input_ids=ids, attention_mask=mask).contiguous(),
-        "ids": ids, "mask": mask,
+        "ids": ids,
+        "mask": mask,
     }
     save_file(expected, str(tmp_path / "expected.safetensors"))
     script = BLOCK_PACKAGE + textwrap.dedent(
@@ -636,7 +681,9 @@ def test_remote_code_load_in_a_process_without_the_package(tmp_path):
         """
     )
     env = subprocess_env(HF_MODULES_CACHE=str(tmp_path / "modules"))
-    result = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "REMOTE-OK transformers_modules" in result.stdout
 

@@ -8,8 +8,12 @@ from vanilla_transformer.precision import bf16_support, fast_attention_implement
 
 @pytest.mark.parametrize(
     "avx512_bf16, amx, native, word",
-    [(True, False, True, "AVX512_BF16"), (False, True, True, "AMX"), (True, True, True, "AMX"),
-     (False, False, False, "emulated")],
+    [
+        (True, False, True, "AVX512_BF16"),
+        (False, True, True, "AMX"),
+        (True, True, True, "AMX"),
+        (False, False, False, "emulated"),
+    ],
 )
 def test_cpu_bfloat16_is_native_with_avx512_bf16_or_amx(monkeypatch, avx512_bf16, amx, native, word):
     monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: avx512_bf16)

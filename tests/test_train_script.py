@@ -11,12 +11,13 @@ import pytest
 import torch
 from helpers import read_multi30k, subprocess_env
 
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import train  # noqa: E402
-
 from vanilla_transformer import VanillaTransformerForConditionalGeneration  # noqa: E402
+
 
 TINY_MODEL = ["--d_model", "64", "--layers", "2", "--heads", "4", "--ffn_dim", "256", "--vocab_size", "1000"]
 
@@ -38,19 +39,56 @@ def data_dir(tmp_path_factory):
 
 def _args(data_dir, out, *extra):
     return [
-        "--dataset", str(data_dir), "--output_dir", str(out), *TINY_MODEL,
-        "--max_tokens", "1024", "--warmup_steps", "40", "--lr_factor", "2.0", "--dropout", "0.1",
-        "--logging_steps", "10", "--report_to", "none", "--seed", "3", "--dataloader_num_workers", "0", *extra,
+        "--dataset",
+        str(data_dir),
+        "--output_dir",
+        str(out),
+        *TINY_MODEL,
+        "--max_tokens",
+        "1024",
+        "--warmup_steps",
+        "40",
+        "--lr_factor",
+        "2.0",
+        "--dropout",
+        "0.1",
+        "--logging_steps",
+        "10",
+        "--report_to",
+        "none",
+        "--seed",
+        "3",
+        "--dataloader_num_workers",
+        "0",
+        *extra,
     ]
 
 
 def test_short_training_run_lowers_validation_loss_and_writes_a_loadable_model(data_dir, tmp_path):
     out = tmp_path / "run"
-    results = train.main(_args(
-        data_dir, out, "--max_steps", "120", "--eval_strategy", "steps", "--eval_steps", "120", "--eval_on_start",
-        "--save_steps", "40", "--average_last", "2", "--predict_with_generate", "false",
-        "--metric_for_best_model", "loss", "--test_batch_size", "10",
-    ))
+    results = train.main(
+        _args(
+            data_dir,
+            out,
+            "--max_steps",
+            "120",
+            "--eval_strategy",
+            "steps",
+            "--eval_steps",
+            "120",
+            "--eval_on_start",
+            "--save_steps",
+            "40",
+            "--average_last",
+            "2",
+            "--predict_with_generate",
+            "false",
+            "--metric_for_best_model",
+            "loss",
+            "--test_batch_size",
+            "10",
+        )
+    )
     evals = [h for h in json.loads((out / "trainer_state.json").read_text())["log_history"] if "eval_loss" in h]
     first, last = evals[0], evals[-1]
     assert first["step"] == 0 and last["step"] == 120
@@ -64,19 +102,30 @@ def test_short_training_run_lowers_validation_loss_and_writes_a_loadable_model(d
     assert (out / "tokenizer.json").is_file() and (out / "generation_config.json").is_file()
     assert results["bleu"]["test"]["sentences"] == 20 and "tok:13a" in results["bleu"]["test"]["signature"]
     # What the step ran in, and why (float32 here: no --bf16).
-    assert results["training"]["precision"] == {"mixed_precision": "no", "reason": "float32", "attention": "sdpa",
-                                                "torch_compile": False}
+    assert results["training"]["precision"] == {
+        "mixed_precision": "no",
+        "reason": "float32",
+        "attention": "sdpa",
+        "torch_compile": False,
+    }
     # Each directory's results and card describe its own weights: the final model, and the average of 2 checkpoints.
     averaged = json.loads((out / "averaged" / "results.json").read_text())
-    assert averaged["checkpoint_averaging"]["num_checkpoints"] == 2 and (out / "averaged" / "model.safetensors").is_file()
+    assert (
+        averaged["checkpoint_averaging"]["num_checkpoints"] == 2 and (out / "averaged" / "model.safetensors").is_file()
+    )
     assert averaged["checkpoint_averaging"]["checkpoints"] == ["checkpoint-80", "checkpoint-120"]
-    assert results["averaged_model"]["bleu_test"] == averaged["bleu"]["test"] and results["checkpoint_averaging"] is None
+    assert (
+        results["averaged_model"]["bleu_test"] == averaged["bleu"]["test"] and results["checkpoint_averaging"] is None
+    )
     assert json.loads((out / "results.json").read_text())["bleu"]["test"]["score"] == results["bleu"]["test"]["score"]
     from huggingface_hub import ModelCard
 
     card = ModelCard.load(out / "README.md")
     assert card.data.eval_results[0].metric_value == results["bleu"]["test"]["score"]
-    assert ModelCard.load(out / "averaged" / "README.md").data.eval_results[0].metric_value == averaged["bleu"]["test"]["score"]
+    assert (
+        ModelCard.load(out / "averaged" / "README.md").data.eval_results[0].metric_value
+        == averaged["bleu"]["test"]["score"]
+    )
     assert set(results["plots"]) >= {"loss.png", "learning_rate.png"}
     # The card shows the cross-attention figure of the first validation sentence, written beside it (pushed with it).
     assert results["attention_figure"]["file"] == "attention.png" and (out / "attention.png").stat().st_size > 0
@@ -129,8 +178,18 @@ def test_an_earlier_run_in_the_output_dir_is_refused_resumed_or_overwritten(data
     tokenizer settings it was trained with; --overwrite_output_dir starts afresh, averaging only its own
     checkpoints."""
     out = tmp_path / "run"
-    short = ["--save_steps", "2", "--test_split", "", "--plots", "false", "--max_train_samples", "300",
-             "--logging_steps", "1"]
+    short = [
+        "--save_steps",
+        "2",
+        "--test_split",
+        "",
+        "--plots",
+        "false",
+        "--max_train_samples",
+        "300",
+        "--logging_steps",
+        "1",
+    ]
     train.main(_args(data_dir, out, "--max_steps", "2", *short, "--vocab_size", "600"))
     assert json.loads((out / "tokenizer" / "training_settings.json").read_text())["vocab_size"] == 600
     with pytest.raises(ValueError, match="--output_dir .* is not empty.*--overwrite_output_dir"):
@@ -140,17 +199,36 @@ def test_an_earlier_run_in_the_output_dir_is_refused_resumed_or_overwritten(data
 
     # Resuming with the run's settings: 'true' is the newest checkpoint of --output_dir (the Trainer's convention).
     written = (out / "checkpoint-2" / "model.safetensors").stat().st_mtime_ns
-    train.main(_args(data_dir, out, "--max_steps", "4", *short, "--vocab_size", "600",
-                     "--resume_from_checkpoint", "true"))
+    train.main(
+        _args(data_dir, out, "--max_steps", "4", *short, "--vocab_size", "600", "--resume_from_checkpoint", "true")
+    )
     state = json.loads((out / "trainer_state.json").read_text())
     assert state["global_step"] == 4 and [h["step"] for h in state["log_history"] if "loss" in h] == [1, 2, 3, 4]
     assert (out / "checkpoint-2" / "model.safetensors").stat().st_mtime_ns == written  # continued, not redone
 
     # Overwriting: a fresh tokenizer, and only this run's checkpoints in the average.
     (out / "checkpoint-999").mkdir()  # a leftover that would be the newest checkpoint
-    results = train.main(_args(data_dir, out, "--max_steps", "2", "--save_steps", "1", "--average_last", "2",
-                               "--test_split", "test_2016_flickr", "--plots", "false", "--max_train_samples", "300",
-                               "--generation_max_length", "5", "--overwrite_output_dir"))
+    results = train.main(
+        _args(
+            data_dir,
+            out,
+            "--max_steps",
+            "2",
+            "--save_steps",
+            "1",
+            "--average_last",
+            "2",
+            "--test_split",
+            "test_2016_flickr",
+            "--plots",
+            "false",
+            "--max_train_samples",
+            "300",
+            "--generation_max_length",
+            "5",
+            "--overwrite_output_dir",
+        )
+    )
     assert results["tokenizer"]["vocab_size"] == len(train.load_tokenizer(str(out / "tokenizer"))) != 600
     assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-1", "checkpoint-2"]
     averaged = json.loads((out / "averaged" / "results.json").read_text())
@@ -158,8 +236,24 @@ def test_an_earlier_run_in_the_output_dir_is_refused_resumed_or_overwritten(data
 
 
 def test_progress_bar_shows_the_time_limit(data_dir, tmp_path, capsys):
-    train.main(_args(data_dir, tmp_path / "run", "--max_steps", "2", "--max_train_minutes", "10", "--test_split", "",
-                     "--plots", "false", "--max_train_samples", "300", "--disable_tqdm", "false"))
+    train.main(
+        _args(
+            data_dir,
+            tmp_path / "run",
+            "--max_steps",
+            "2",
+            "--max_train_minutes",
+            "10",
+            "--test_split",
+            "",
+            "--plots",
+            "false",
+            "--max_train_samples",
+            "300",
+            "--disable_tqdm",
+            "false",
+        )
+    )
     err = capsys.readouterr().err
     assert "/600 s of the time limit" in err and "update 2" in err
 
@@ -190,13 +284,30 @@ def test_tokenizer_that_does_not_fit_the_model_fails_before_training(data_dir, t
 
     tokenizer = train_tokenizer(["ein Hund läuft", "a dog runs"] * 50, vocab_size=300)
     tokenizer.save_pretrained(tmp_path / "tok")
-    config = VanillaTransformerConfig(vocab_size=999, d_model=32, encoder_layers=1, decoder_layers=1,
-                                      encoder_attention_heads=2, decoder_attention_heads=2,
-                                      encoder_ffn_dim=32, decoder_ffn_dim=32)
+    config = VanillaTransformerConfig(
+        vocab_size=999,
+        d_model=32,
+        encoder_layers=1,
+        decoder_layers=1,
+        encoder_attention_heads=2,
+        decoder_attention_heads=2,
+        encoder_ffn_dim=32,
+        decoder_ffn_dim=32,
+    )
     VanillaTransformerForConditionalGeneration(config).save_pretrained(tmp_path / "model")
     with pytest.raises(ValueError, match="vocab"):
-        train.main(_args(data_dir, tmp_path / "run", "--max_steps", "1", "--tokenizer", str(tmp_path / "tok"),
-                         "--init_from", str(tmp_path / "model")))
+        train.main(
+            _args(
+                data_dir,
+                tmp_path / "run",
+                "--max_steps",
+                "1",
+                "--tokenizer",
+                str(tmp_path / "tok"),
+                "--init_from",
+                str(tmp_path / "model"),
+            )
+        )
 
 
 def _step_losses(run_dir: Path) -> list[float]:
@@ -213,19 +324,60 @@ def test_accelerate_launch_two_processes_matches_one_process(data_dir, tmp_path)
     `--multi_gpu` launcher (torchrun) on a machine without GPUs gives the two gloo processes, because train.py sets
     `use_cpu` there. A small learning rate: Adam's first update is sign(gradient), which turns the rounding
     difference between an all-reduce and a local sum into full-size steps of opposite sign for near-zero gradients."""
-    common = ["--max_steps", "6", "--logging_steps", "1", "--dropout", "0.0", "--eval_strategy", "no",
-              "--save_strategy", "no", "--test_split", "", "--plots", "false", "--warmup_steps", "4",
-              "--lr_factor", "0.05"]
+    common = [
+        "--max_steps",
+        "6",
+        "--logging_steps",
+        "1",
+        "--dropout",
+        "0.0",
+        "--eval_strategy",
+        "no",
+        "--save_strategy",
+        "no",
+        "--test_split",
+        "",
+        "--plots",
+        "false",
+        "--warmup_steps",
+        "4",
+        "--lr_factor",
+        "0.05",
+    ]
     env = subprocess_env()
     single = tmp_path / "single"
-    subprocess.run([sys.executable, "train.py", *_args(data_dir, single, *common, "--gradient_accumulation_steps", "2")],
-                   cwd=ROOT, env=env, check=True, timeout=600, capture_output=True)
+    subprocess.run(
+        [sys.executable, "train.py", *_args(data_dir, single, *common, "--gradient_accumulation_steps", "2")],
+        cwd=ROOT,
+        env=env,
+        check=True,
+        timeout=600,
+        capture_output=True,
+    )
     double = tmp_path / "double"
     tok = ["--tokenizer", str(single / "tokenizer")]  # the same tokenizer for both runs
-    launcher = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
-                "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no"]
-    result = subprocess.run([*launcher, "train.py", *_args(data_dir, double, *common, *tok)],
-                            cwd=ROOT, env=env, timeout=600, capture_output=True, text=True)
+    launcher = [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--multi_gpu",
+        "--num_processes",
+        "2",
+        "--num_machines",
+        "1",
+        "--mixed_precision",
+        "no",
+        "--dynamo_backend",
+        "no",
+    ]
+    result = subprocess.run(
+        [*launcher, "train.py", *_args(data_dir, double, *common, *tok)],
+        cwd=ROOT,
+        env=env,
+        timeout=600,
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     one, two = _step_losses(single), _step_losses(double)
     assert json.loads((double / "results.json").read_text())["training"]["world_size"] == 2  # really two processes

@@ -16,9 +16,9 @@ import datasets
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import read_multi30k, subprocess_env
 from transformers import DataCollatorForSeq2Seq, ProgressCallback, TrainerCallback
 
-from helpers import read_multi30k, subprocess_env
 from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 from vanilla_transformer.batching import TokenBatchSampler
 from vanilla_transformer.data import tokenize_corpus
@@ -33,6 +33,7 @@ from vanilla_transformer.trainer import (
     label_smoothed_nll_loss,
     last_checkpoint,
 )
+
 
 read = read_multi30k  # read(name, n): the first n lines of a Multi30k file
 
@@ -53,8 +54,15 @@ def corpus(tokenizer):
 
 def tiny_model(tokenizer, seed=0, dropout=0.0):
     config = VanillaTransformerConfig(
-        vocab_size=len(tokenizer), d_model=32, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
-        decoder_attention_heads=2, encoder_ffn_dim=64, decoder_ffn_dim=64, dropout=dropout,
+        vocab_size=len(tokenizer),
+        d_model=32,
+        encoder_layers=1,
+        decoder_layers=1,
+        encoder_attention_heads=2,
+        decoder_attention_heads=2,
+        encoder_ffn_dim=64,
+        decoder_ffn_dim=64,
+        dropout=dropout,
     )
     torch.manual_seed(seed)
     return VanillaTransformerForConditionalGeneration(config)
@@ -62,9 +70,19 @@ def tiny_model(tokenizer, seed=0, dropout=0.0):
 
 def make_trainer(path, model, tokenizer, corpus, callbacks=(), **overrides):
     settings = dict(
-        output_dir=str(path), max_steps=4, max_tokens=400, warmup_steps=4, logging_steps=1, save_strategy="no",
-        eval_strategy="no", report_to=[], use_cpu=True, disable_tqdm=True, per_device_eval_batch_size=16,
-        generation_max_length=8, seed=0,
+        output_dir=str(path),
+        max_steps=4,
+        max_tokens=400,
+        warmup_steps=4,
+        logging_steps=1,
+        save_strategy="no",
+        eval_strategy="no",
+        report_to=[],
+        use_cpu=True,
+        disable_tqdm=True,
+        per_device_eval_batch_size=16,
+        generation_max_length=8,
+        seed=0,
     )
     settings.update(overrides)
     return VanillaTransformerTrainer(
@@ -183,9 +201,16 @@ def test_gradient_accumulation_does_not_change_loss_or_gradients(tmp_path, token
     for batch, accumulation in ((8, 1), (2, 4)):
         recorder = GradientRecorder()
         trainer = make_trainer(
-            tmp_path / f"ga{accumulation}", tiny_model(tokenizer), tokenizer, corpus, [recorder], max_tokens=None,
-            train_sampling_strategy="sequential", per_device_train_batch_size=batch,
-            gradient_accumulation_steps=accumulation, max_steps=2,
+            tmp_path / f"ga{accumulation}",
+            tiny_model(tokenizer),
+            tokenizer,
+            corpus,
+            [recorder],
+            max_tokens=None,
+            train_sampling_strategy="sequential",
+            per_device_train_batch_size=batch,
+            gradient_accumulation_steps=accumulation,
+            max_steps=2,
         )
         trainer.train()
         runs[accumulation] = (train_logs(trainer), recorder.grads)
@@ -202,8 +227,11 @@ def test_gradient_accumulation_does_not_change_loss_or_gradients(tmp_path, token
         [{k: corpus["train"][i][k] for k in ("input_ids", "labels")} for i in range(8)]
     )
     with torch.no_grad():
-        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                       decoder_input_ids=batch["decoder_input_ids"]).logits
+        logits = model(
+            input_ids=batch["input_ids"],
+            attention_mask=batch["attention_mask"],
+            decoder_input_ids=batch["decoder_input_ids"],
+        ).logits
     expected = F.cross_entropy(logits.flatten(0, 1), batch["labels"].flatten(), label_smoothing=0.1)
     assert logs4[1]["loss"] == pytest.approx(expected.item(), rel=1e-5)
 
@@ -233,7 +261,9 @@ def test_adam_is_fused_and_optim_is_honoured(tmp_path, tokenizer, corpus):
     trainer = make_trainer(tmp_path / "default", tiny_model(tokenizer), tokenizer, corpus, max_steps=1)
     trainer.create_optimizer()
     assert type(trainer.optimizer) is torch.optim.Adam and trainer.optimizer.defaults["fused"] is True
-    plain = make_trainer(tmp_path / "plain", tiny_model(tokenizer), tokenizer, corpus, max_steps=1, optim="adamw_torch")
+    plain = make_trainer(
+        tmp_path / "plain", tiny_model(tokenizer), tokenizer, corpus, max_steps=1, optim="adamw_torch"
+    )
     plain.create_optimizer()
     assert type(plain.optimizer) is torch.optim.Adam and not plain.optimizer.defaults["fused"]
     other = make_trainer(tmp_path / "sgd", tiny_model(tokenizer), tokenizer, corpus, max_steps=1, optim="sgd")
@@ -286,8 +316,11 @@ def test_evaluation_reports_loss_nll_perplexity_and_bleu(tmp_path, tokenizer, co
     collate = DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=-100)
     batch = collate([{k: row[k] for k in ("input_ids", "labels")} for row in corpus["validation"]])
     with torch.no_grad():
-        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                       decoder_input_ids=batch["decoder_input_ids"]).logits
+        logits = model(
+            input_ids=batch["input_ids"],
+            attention_mask=batch["attention_mask"],
+            decoder_input_ids=batch["decoder_input_ids"],
+        ).logits
         generated = model.generate(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], max_length=8)
     flat_logits, flat_labels = logits.flatten(0, 1), batch["labels"].flatten()
     tokens = (flat_labels != -100).sum().item()
@@ -308,7 +341,8 @@ def test_evaluation_encodes_each_batch_once_without_cache_in_length_order(tmp_pa
     trainer = make_trainer(tmp_path, model, tokenizer, corpus, per_device_eval_batch_size=4)
     encoded, loss_forwards = [], []
     model.model.encoder.register_forward_hook(
-        lambda module, args, kwargs, output: encoded.append(kwargs["attention_mask"].sum(-1).tolist()), with_kwargs=True
+        lambda module, args, kwargs, output: encoded.append(kwargs["attention_mask"].sum(-1).tolist()),
+        with_kwargs=True,
     )
 
     def on_forward(module, args, kwargs, output):
@@ -327,8 +361,17 @@ def test_evaluation_encodes_each_batch_once_without_cache_in_length_order(tmp_pa
 def test_best_checkpoint_by_bleu_is_kept(tmp_path, tokenizer, corpus):
     scores = iter([10.0, 30.0, 20.0])
     trainer = make_trainer(
-        tmp_path, tiny_model(tokenizer), tokenizer, corpus, max_steps=6, eval_strategy="steps", eval_steps=2,
-        save_strategy="steps", save_steps=2, save_total_limit=1, generation_max_length=3,
+        tmp_path,
+        tiny_model(tokenizer),
+        tokenizer,
+        corpus,
+        max_steps=6,
+        eval_strategy="steps",
+        eval_steps=2,
+        save_strategy="steps",
+        save_steps=2,
+        save_total_limit=1,
+        generation_max_length=3,
     )
     trainer.compute_metrics = lambda prediction: {"bleu": next(scores)}
     trainer.train()
@@ -360,8 +403,17 @@ def test_bfloat16_training_reaches_the_float32_validation_loss(tmp_path, tokeniz
     runs = {}
     for name, bf16 in (("fp32", False), ("bf16", True)):
         trainer = make_trainer(
-            tmp_path / name, tiny_model(tokenizer, seed=1, dropout=0.1), tokenizer, data, bf16=bf16, max_steps=300,
-            max_tokens=500, warmup_steps=100, lr_factor=2.0, logging_steps=50, predict_with_generate=False,
+            tmp_path / name,
+            tiny_model(tokenizer, seed=1, dropout=0.1),
+            tokenizer,
+            data,
+            bf16=bf16,
+            max_steps=300,
+            max_tokens=500,
+            warmup_steps=100,
+            lr_factor=2.0,
+            logging_steps=50,
+            predict_with_generate=False,
             per_device_eval_batch_size=50,
         )
         start = trainer.evaluate()["eval_nll_loss"]
@@ -449,8 +501,9 @@ def test_a_crash_during_save_leaves_the_last_good_checkpoint(tmp_path, tokenizer
 def test_only_complete_checkpoints_are_resumed_from(tmp_path, tokenizer, corpus):
     """A save is complete once `trainer_state.json` is written (the Trainer writes it last): a checkpoint without
     it, or with a truncated one, is never taken, whatever its step."""
-    make_trainer(tmp_path, tiny_model(tokenizer), tokenizer, corpus, max_steps=2, save_strategy="steps",
-                 save_steps=2).train()
+    make_trainer(
+        tmp_path, tiny_model(tokenizer), tokenizer, corpus, max_steps=2, save_strategy="steps", save_steps=2
+    ).train()
     shutil.copytree(tmp_path / "checkpoint-2", tmp_path / "checkpoint-4")
     state = (tmp_path / "checkpoint-4" / "trainer_state.json").read_text()
     (tmp_path / "checkpoint-4" / "trainer_state.json").write_text(state[: len(state) // 2])  # cut mid-write
@@ -476,8 +529,17 @@ def fake_clock(seconds_per_call: float):
 
 def test_time_limit_stops_saves_and_evaluates_at_the_step_it_is_reached(tmp_path, tokenizer, corpus):
     limit = TimeLimit(2.5, clock=fake_clock(60))  # 150 s: over after update 3 (180 s)
-    trainer = make_trainer(tmp_path, tiny_model(tokenizer), tokenizer, corpus, [limit], max_steps=50,
-                           eval_strategy="steps", eval_steps=1000, generation_max_length=3)
+    trainer = make_trainer(
+        tmp_path,
+        tiny_model(tokenizer),
+        tokenizer,
+        corpus,
+        [limit],
+        max_steps=50,
+        eval_strategy="steps",
+        eval_steps=1000,
+        generation_max_length=3,
+    )
     trainer.train()
     assert trainer.state.global_step == 3
     assert sorted(os.listdir(tmp_path)) == ["checkpoint-3"]
@@ -489,8 +551,9 @@ def test_time_limit_stops_saves_and_evaluates_at_the_step_it_is_reached(tmp_path
 def test_progress_bar_of_a_timed_run_counts_the_time_limit(tmp_path, tokenizer, corpus, capsys):
     """With a time limit, max_steps is only a ceiling (e.g. 100,000): the bar's total and ETA are the limit's."""
     limit = TimeLimit(2.5, clock=fake_clock(60))
-    trainer = make_trainer(tmp_path, tiny_model(tokenizer), tokenizer, corpus, [limit], max_steps=100_000,
-                           disable_tqdm=False)
+    trainer = make_trainer(
+        tmp_path, tiny_model(tokenizer), tokenizer, corpus, [limit], max_steps=100_000, disable_tqdm=False
+    )
     assert trainer.pop_callback(ProgressCallback) is not None  # as train.py does
     trainer.add_callback(TimeLimitProgressCallback(limit))
     trainer.train()
@@ -565,8 +628,9 @@ def test_two_processes_stop_at_the_same_step_and_evaluate_each_sentence_once(tmp
     model.save_pretrained(tmp_path / "model")
     tokenizer.save_pretrained(tmp_path / "model")
     thirty = {**corpus, "validation": corpus["train"].select(range(30))}
-    evaluator = make_trainer(tmp_path / "eval", model, tokenizer, thirty, per_device_eval_batch_size=10,
-                             generation_max_length=20)
+    evaluator = make_trainer(
+        tmp_path / "eval", model, tokenizer, thirty, per_device_eval_batch_size=10, generation_max_length=20
+    )
     scored = record_scored_sentences(evaluator)
     single = evaluator.evaluate()
     assert len(scored["hypotheses"]) == 30
@@ -575,9 +639,22 @@ def test_two_processes_stop_at_the_same_step_and_evaluate_each_sentence_once(tmp
     script.write_text(TWO_PROCESS_SCRIPT.format(tests=str(Path(__file__).resolve().parent)))
     # In a session of its own, so that a hang (the bug this guards against) ends with all its processes killed.
     launch = subprocess.Popen(
-        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()),
-         str(script), str(tmp_path)],
-        env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc_per_node",
+            "2",
+            "--master_port",
+            str(free_port()),
+            str(script),
+            str(tmp_path),
+        ],
+        env=subprocess_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
     )
     try:
         _, stderr = launch.communicate(timeout=240)
@@ -633,9 +710,20 @@ def test_two_processes_equal_one_process_accumulating_two_batches(tmp_path):
     env = subprocess_env()
     subprocess.run([sys.executable, str(script), "2", str(tmp_path / "one")], check=True, env=env)
     subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29571",
-         str(script), "1", str(tmp_path / "two")],
-        check=True, env=env,
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc_per_node",
+            "2",
+            "--master_port",
+            "29571",
+            str(script),
+            "1",
+            str(tmp_path / "two"),
+        ],
+        check=True,
+        env=env,
     )
     one, two = (json.loads((tmp_path / f"{name}.json").read_text()) for name in ("one", "two"))
     assert two["loss"] == pytest.approx(one["loss"], rel=1e-5)

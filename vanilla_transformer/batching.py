@@ -75,16 +75,24 @@ class TokenBatchSampler(torch.utils.data.Sampler[list[int]]):
                 f"{src.shape} and {tgt.shape}: pass the `src_len` and `tgt_len` columns of one tokenized split."
             )
         if not (np.issubdtype(src.dtype, np.integer) and np.issubdtype(tgt.dtype, np.integer)):
-            raise ValueError(f"`src_lengths`/`tgt_lengths` must be integers (token counts), got dtypes {src.dtype} and {tgt.dtype}.")
+            raise ValueError(
+                f"`src_lengths`/`tgt_lengths` must be integers (token counts), got dtypes {src.dtype} and {tgt.dtype}."
+            )
         src, tgt = src.astype(np.int64), tgt.astype(np.int64)
         bad = np.flatnonzero((src < 1) | (tgt < 1))
         if len(bad):
             i = int(bad[0])
-            raise ValueError(f"Example {i} has lengths (source {src[i]}, target {tgt[i]}); every sequence has at least `</s>`, so lengths must be >= 1: pass token counts from `tokenize_corpus`.")
+            raise ValueError(
+                f"Example {i} has lengths (source {src[i]}, target {tgt[i]}); every sequence has at least `</s>`, so lengths must be >= 1: pass token counts from `tokenize_corpus`."
+            )
         if not isinstance(max_tokens, (int, np.integer)) or max_tokens < 1:
-            raise ValueError(f"`max_tokens` must be a positive integer, got {max_tokens!r}: e.g. 25000 as in the paper (section 5.1), or what fits your memory.")
+            raise ValueError(
+                f"`max_tokens` must be a positive integer, got {max_tokens!r}: e.g. 25000 as in the paper (section 5.1), or what fits your memory."
+            )
         if not isinstance(num_replicas, int) or num_replicas < 1:
-            raise ValueError(f"`num_replicas` must be a positive integer (the data-parallel world size), got {num_replicas!r}.")
+            raise ValueError(
+                f"`num_replicas` must be a positive integer (the data-parallel world size), got {num_replicas!r}."
+            )
         if not isinstance(rank, int) or not 0 <= rank < num_replicas:
             raise ValueError(f"`rank` must be in [0, {num_replicas}) for num_replicas={num_replicas}, got {rank!r}.")
         if max_sentences is not None and (not isinstance(max_sentences, int) or max_sentences < 1):
@@ -128,7 +136,9 @@ class TokenBatchSampler(torch.utils.data.Sampler[list[int]]):
             src = lengths.column("input_ids").combine_chunks().value_lengths().to_numpy()
             tgt = lengths.column("labels").combine_chunks().value_lengths().to_numpy()
             return cls(src, tgt, max_tokens, **kwargs)
-        raise ValueError(f"`dataset` has neither src_len/tgt_len nor input_ids/labels columns (it has {dataset.column_names}): pass a split from `tokenize_corpus`.")
+        raise ValueError(
+            f"`dataset` has neither src_len/tgt_len nor input_ids/labels columns (it has {dataset.column_names}): pass a split from `tokenize_corpus`."
+        )
 
     def _compose(self, src: np.ndarray, tgt: np.ndarray, sizes: np.ndarray) -> list[np.ndarray]:
         # Random order first, then two stable sorts: by `sizes` = max(src, tgt), the quantity the budget
@@ -188,7 +198,9 @@ def padding_stats(batches: Iterable[Sequence[int]], src_lengths, tgt_lengths) ->
     `pad_fraction` (both sides), and `max_cost` (the largest `n * max(longest src, longest tgt)`).
     """
     src, tgt = np.asarray(src_lengths, dtype=np.int64), np.asarray(tgt_lengths, dtype=np.int64)
-    stats = dict.fromkeys(("batches", "sentences", "src_tokens", "tgt_tokens", "src_padded", "tgt_padded", "max_cost"), 0)
+    stats = dict.fromkeys(
+        ("batches", "sentences", "src_tokens", "tgt_tokens", "src_padded", "tgt_padded", "max_cost"), 0
+    )
     for batch in batches:
         s, t = src[np.asarray(batch)], tgt[np.asarray(batch)]
         stats["batches"] += 1
@@ -200,7 +212,9 @@ def padding_stats(batches: Iterable[Sequence[int]], src_lengths, tgt_lengths) ->
         stats["max_cost"] = max(stats["max_cost"], len(batch) * int(max(s.max(), t.max())))
     for side in ("src", "tgt"):
         stats[f"{side}_pad_fraction"] = 1 - stats[f"{side}_tokens"] / max(stats[f"{side}_padded"], 1)
-    stats["pad_fraction"] = 1 - (stats["src_tokens"] + stats["tgt_tokens"]) / max(stats["src_padded"] + stats["tgt_padded"], 1)
+    stats["pad_fraction"] = 1 - (stats["src_tokens"] + stats["tgt_tokens"]) / max(
+        stats["src_padded"] + stats["tgt_padded"], 1
+    )
     return stats
 
 

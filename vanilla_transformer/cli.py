@@ -35,6 +35,7 @@ from pathlib import Path
 
 from .hub import DEFAULT_COMMIT_MESSAGE
 
+
 logger = logging.getLogger("vanilla_transformer.cli")
 
 PROG = "vanilla-transformer"
@@ -52,8 +53,10 @@ def read_lines(source: str) -> list[str]:
     else:
         path = Path(source)
         if not path.is_file():
-            raise ValueError(f"--input {source!r} is not a file: pass a text file with one sentence per line, or '-' "
-                             f"(the default) to read standard input.")
+            raise ValueError(
+                f"--input {source!r} is not a file: pass a text file with one sentence per line, or '-' "
+                f"(the default) to read standard input."
+            )
         data, name = path.read_bytes(), source
     try:
         text = data.decode("utf-8")
@@ -102,18 +105,27 @@ def resolve_device(name):
     try:
         device = torch.device(name)
     except RuntimeError as error:
-        raise ValueError(f"--device {name!r} is not a torch device ({error}): use auto, cpu, cuda, cuda:1, mps, ...") \
-            from None
+        raise ValueError(
+            f"--device {name!r} is not a torch device ({error}): use auto, cpu, cuda, cuda:1, mps, ..."
+        ) from None
     if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"--device {name!r} but torch sees no CUDA GPU (torch.cuda.is_available() is False): use "
-                         f"--device cpu, or install a CUDA build of torch.")
+        raise ValueError(
+            f"--device {name!r} but torch sees no CUDA GPU (torch.cuda.is_available() is False): use "
+            f"--device cpu, or install a CUDA build of torch."
+        )
     if device.type == "mps" and not torch.backends.mps.is_available():
         raise ValueError(f"--device {name!r} but MPS is not available on this machine: use --device cpu.")
     return device
 
 
-def load_model(model: str, *, revision: str | None = None, dtype: str = "float32", device: str = "auto",
-               trust_remote_code: bool = False):
+def load_model(
+    model: str,
+    *,
+    revision: str | None = None,
+    dtype: str = "float32",
+    device: str = "auto",
+    trust_remote_code: bool = False,
+):
     """(model, tokenizer) from a checkpoint directory or Hub repo, through the Auto classes, on `device`, eval mode.
 
     Importing this package registers its classes, so its own checkpoints load without remote code;
@@ -136,7 +148,10 @@ def load_model(model: str, *, revision: str | None = None, dtype: str = "float32
     try:
         tokenizer = AutoTokenizer.from_pretrained(model, revision=revision, trust_remote_code=trust_remote_code)
         seq2seq = AutoModelForSeq2SeqLM.from_pretrained(
-            model, revision=revision, dtype=torch_dtype, trust_remote_code=trust_remote_code,
+            model,
+            revision=revision,
+            dtype=torch_dtype,
+            trust_remote_code=trust_remote_code,
             **({"attn_implementation": attention} if attention else {}),
         )
     except (OSError, ValueError) as error:  # a missing path, a repo that does not exist, a malformed id, ...
@@ -167,8 +182,13 @@ def cmd_translate(args) -> int:
         raise ValueError("--compute-type is for --engine ctranslate2; with transformers use --dtype.")
     device = resolve_device(args.device)
     lines = read_lines(args.input)  # bad options and input fail before the model is loaded
-    model, tokenizer = load_model(args.model, revision=args.revision, dtype=args.dtype or "float32", device=device,
-                                  trust_remote_code=args.trust_remote_code)
+    model, tokenizer = load_model(
+        args.model,
+        revision=args.revision,
+        dtype=args.dtype or "float32",
+        device=device,
+        trust_remote_code=args.trust_remote_code,
+    )
     from .translate import translate
 
     generate_kwargs = {}
@@ -176,8 +196,9 @@ def cmd_translate(args) -> int:
         generate_kwargs["num_beams"] = args.beams
     if args.max_new_tokens is not None:
         generate_kwargs["max_new_tokens"] = args.max_new_tokens
-    translations = translate(model, tokenizer, lines, batch_size=args.batch_size,
-                             progress=sys.stderr.isatty(), **generate_kwargs)
+    translations = translate(
+        model, tokenizer, lines, batch_size=args.batch_size, progress=sys.stderr.isatty(), **generate_kwargs
+    )
     write_lines(args.output, translations)
     return 0
 
@@ -191,15 +212,19 @@ def cmd_translate_ctranslate2(args) -> int:
 
     for option, value in (("--dtype", args.dtype), ("--revision", args.revision)):
         if value is not None:
-            raise ValueError(f"{option} is for --engine transformers; an exported CTranslate2 model has its weight "
-                             f"type fixed at export (--compute-type converts it when loading).")
+            raise ValueError(
+                f"{option} is for --engine transformers; an exported CTranslate2 model has its weight "
+                f"type fixed at export (--compute-type converts it when loading)."
+            )
     if args.trust_remote_code:
         raise ValueError("--trust-remote-code is for --engine transformers: a CTranslate2 model runs no model code.")
     if args.device not in ("auto", "cpu", "cuda"):
         raise ValueError(f"--device {args.device!r}: CTranslate2 takes auto, cpu or cuda.")
     if not Path(args.model).is_dir():
-        raise ValueError(f"--model {args.model!r} is not a directory: with --engine ctranslate2 pass the directory "
-                         f"written by `{PROG} export ctranslate2 MODEL OUTPUT_DIR`.")
+        raise ValueError(
+            f"--model {args.model!r} is not a directory: with --engine ctranslate2 pass the directory "
+            f"written by `{PROG} export ctranslate2 MODEL OUTPUT_DIR`."
+        )
     lines = read_lines(args.input)
     try:
         ct2 = import_ctranslate2()
@@ -209,8 +234,14 @@ def cmd_translate_ctranslate2(args) -> int:
     if device == "auto":
         device = "cuda" if ct2.get_cuda_device_count() > 0 else "cpu"
     model = CTranslate2Model(args.model, device=device, compute_type=args.compute_type or "default")
-    translations = translate_ctranslate2(model, lines, batch_size=args.batch_size, num_beams=args.beams,
-                                         max_new_tokens=args.max_new_tokens, progress=sys.stderr.isatty())
+    translations = translate_ctranslate2(
+        model,
+        lines,
+        batch_size=args.batch_size,
+        num_beams=args.beams,
+        max_new_tokens=args.max_new_tokens,
+        progress=sys.stderr.isatty(),
+    )
     write_lines(args.output, translations)
     return 0
 
@@ -219,8 +250,14 @@ def cmd_export_ctranslate2(args) -> int:
     from .export_ctranslate2 import export_ctranslate2
 
     try:
-        path = export_ctranslate2(args.model, args.output_dir, quantization=args.quantization, force=args.force,
-                                  revision=args.revision, trust_remote_code=args.trust_remote_code)
+        path = export_ctranslate2(
+            args.model,
+            args.output_dir,
+            quantization=args.quantization,
+            force=args.force,
+            revision=args.revision,
+            trust_remote_code=args.trust_remote_code,
+        )
     except ImportError as error:
         raise ValueError(str(error)) from None
     print(path)
@@ -231,26 +268,38 @@ def add_export_parser(commands) -> None:
     from .export_ctranslate2 import QUANTIZATIONS
 
     export = commands.add_parser(
-        "export", help="write a trained model in another engine's format (ctranslate2)",
+        "export",
+        help="write a trained model in another engine's format (ctranslate2)",
         description="Write a trained model in the format of another inference engine.",
     )
     formats = export.add_subparsers(dest="format", metavar="FORMAT", required=True)
     c = formats.add_parser(
-        "ctranslate2", help="CTranslate2 (OpenNMT, Argos Translate / LibreTranslate): ~2x faster CPU decoding",
+        "ctranslate2",
+        help="CTranslate2 (OpenNMT, Argos Translate / LibreTranslate): ~2x faster CPU decoding",
         description="Write the model as a CTranslate2 model directory, with its tokenizer and decoding settings "
         "(beam 4, length penalty 0.6, at most source length + 50 tokens), for `translate --engine ctranslate2` or "
         "any CTranslate2 runtime. Needs the ct2 extra: pip install 'vanilla-transformer[ct2]'.",
     )
-    c.add_argument("model", metavar="MODEL_DIR_OR_REPO",
-                   help="checkpoint directory (train.py's --output_dir, averaged/, a checkpoint-N) or Hub repo id, "
-                   "with its tokenizer")
+    c.add_argument(
+        "model",
+        metavar="MODEL_DIR_OR_REPO",
+        help="checkpoint directory (train.py's --output_dir, averaged/, a checkpoint-N) or Hub repo id, "
+        "with its tokenizer",
+    )
     c.add_argument("output_dir", metavar="OUTPUT_DIR", help="directory to write (must not exist, unless --force)")
-    c.add_argument("--quantization", default="float32", choices=QUANTIZATIONS,
-                   help="weight type stored (default float32; int8 is ~4x smaller and faster on CPUs)")
+    c.add_argument(
+        "--quantization",
+        default="float32",
+        choices=QUANTIZATIONS,
+        help="weight type stored (default float32; int8 is ~4x smaller and faster on CPUs)",
+    )
     c.add_argument("--force", action="store_true", help="replace OUTPUT_DIR if it exists")
     c.add_argument("--revision", default=None, help="branch, tag or commit of a Hub repo (default: main)")
-    c.add_argument("--trust-remote-code", action="store_true",
-                   help="allow loading a checkpoint whose model code this package does not provide")
+    c.add_argument(
+        "--trust-remote-code",
+        action="store_true",
+        help="allow loading a checkpoint whose model code this package does not provide",
+    )
     c.set_defaults(func=cmd_export_ctranslate2)
 
 
@@ -266,8 +315,14 @@ def cmd_push(args) -> int:
         print("README.md")
         return 0
     url = push_run(
-        args.output_dir, args.repo_id, private=args.private, revision=args.revision, token=args.token,
-        commit_message=args.commit_message, results=args.results, prune=not args.no_prune,
+        args.output_dir,
+        args.repo_id,
+        private=args.private,
+        revision=args.revision,
+        token=args.token,
+        commit_message=args.commit_message,
+        results=args.results,
+        prune=not args.no_prune,
     )
     print(url)
     return 0
@@ -288,10 +343,12 @@ def cmd_attention(args) -> int:
         raise ValueError(f"--beams must be at least 1, got {args.beams}.")
     output = Path(args.output)
     if not output.parent.is_dir():
-        raise ValueError(f"--output {args.output!r}: the directory {str(output.parent)!r} does not exist; create it "
-                         f"first.")
-    model, tokenizer = load_model(args.model, revision=args.revision, device=args.device,
-                                  trust_remote_code=args.trust_remote_code)
+        raise ValueError(
+            f"--output {args.output!r}: the directory {str(output.parent)!r} does not exist; create it first."
+        )
+    model, tokenizer = load_model(
+        args.model, revision=args.revision, device=args.device, trust_remote_code=args.trust_remote_code
+    )
     weights = attention_weights(model, tokenizer, args.source, args.target, num_beams=args.beams)
     draw_attention(weights, args.kind, args.layer, args.heads).savefig(output, dpi=DPI)
     if weights.generated:
@@ -305,102 +362,180 @@ def cmd_attention(args) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog=PROG, description=__doc__.split("\n\n")[0],
+        prog=PROG,
+        description=__doc__.split("\n\n")[0],
         epilog=f"Run `{PROG} COMMAND --help` for the options of a command.",
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     t = commands.add_parser(
-        "translate", help="translate text, one sentence per line",
+        "translate",
+        help="translate text, one sentence per line",
         description="Translate one sentence per line with a trained model, in batches sorted by length, keeping the "
         "input order and empty lines; an over-long line is truncated to what the model takes, with a warning.",
     )
-    t.add_argument("--model", required=True, metavar="PATH_OR_REPO",
-                   help="checkpoint directory (train.py's --output_dir, averaged/, a checkpoint-N) or Hub repo id; "
-                   "the tokenizer is loaded from the same place")
-    t.add_argument("--input", default="-", metavar="FILE",
-                   help="UTF-8 text, one sentence per line; '-' = stdin (default)")
-    t.add_argument("--output", default="-", metavar="FILE",
-                   help="where to write one translation per line; '-' = stdout (default)")
-    t.add_argument("--beams", type=int, default=None, metavar="N",
-                   help="beam size (default: the model's generation config, 4 as in the paper; 1 = greedy)")
+    t.add_argument(
+        "--model",
+        required=True,
+        metavar="PATH_OR_REPO",
+        help="checkpoint directory (train.py's --output_dir, averaged/, a checkpoint-N) or Hub repo id; "
+        "the tokenizer is loaded from the same place",
+    )
+    t.add_argument(
+        "--input", default="-", metavar="FILE", help="UTF-8 text, one sentence per line; '-' = stdin (default)"
+    )
+    t.add_argument(
+        "--output", default="-", metavar="FILE", help="where to write one translation per line; '-' = stdout (default)"
+    )
+    t.add_argument(
+        "--beams",
+        type=int,
+        default=None,
+        metavar="N",
+        help="beam size (default: the model's generation config, 4 as in the paper; 1 = greedy)",
+    )
     t.add_argument("--batch-size", type=int, default=32, metavar="N", help="sentences per batch (default 32)")
-    t.add_argument("--device", default="auto",
-                   help="torch device: auto (default: cuda, else mps, else cpu), cpu, cuda, cuda:1, mps")
-    t.add_argument("--dtype", default=None, choices=DTYPES,
-                   help="dtype of the weights and computation (default float32; --engine transformers); auto = "
-                   "bfloat16 where the hardware has it natively (a GPU with bfloat16, a CPU with AVX512_BF16 or AMX), "
-                   "float32 elsewhere")
-    t.add_argument("--engine", default="transformers", choices=("transformers", "ctranslate2"),
-                   help="transformers (default: the checkpoint and `generate`) or ctranslate2 (--model is a directory "
-                   f"written by `{PROG} export ctranslate2`; same translations, faster on CPUs)")
-    t.add_argument("--compute-type", default=None, metavar="TYPE",
-                   help="--engine ctranslate2: type to compute in, e.g. int8, float32, bfloat16 (default: the "
-                   "exported weight type)")
-    t.add_argument("--max-new-tokens", type=int, default=None, metavar="N",
-                   help="at most N tokens per translation (default: the model's rule, source length + 50)")
+    t.add_argument(
+        "--device",
+        default="auto",
+        help="torch device: auto (default: cuda, else mps, else cpu), cpu, cuda, cuda:1, mps",
+    )
+    t.add_argument(
+        "--dtype",
+        default=None,
+        choices=DTYPES,
+        help="dtype of the weights and computation (default float32; --engine transformers); auto = "
+        "bfloat16 where the hardware has it natively (a GPU with bfloat16, a CPU with AVX512_BF16 or AMX), "
+        "float32 elsewhere",
+    )
+    t.add_argument(
+        "--engine",
+        default="transformers",
+        choices=("transformers", "ctranslate2"),
+        help="transformers (default: the checkpoint and `generate`) or ctranslate2 (--model is a directory "
+        f"written by `{PROG} export ctranslate2`; same translations, faster on CPUs)",
+    )
+    t.add_argument(
+        "--compute-type",
+        default=None,
+        metavar="TYPE",
+        help="--engine ctranslate2: type to compute in, e.g. int8, float32, bfloat16 (default: the "
+        "exported weight type)",
+    )
+    t.add_argument(
+        "--max-new-tokens",
+        type=int,
+        default=None,
+        metavar="N",
+        help="at most N tokens per translation (default: the model's rule, source length + 50)",
+    )
     t.add_argument("--revision", default=None, help="branch, tag or commit of a Hub repo (default: main)")
-    t.add_argument("--trust-remote-code", action="store_true",
-                   help="allow running the model code stored in the checkpoint instead of this package's (needed only "
-                   "for checkpoints whose code this package does not provide)")
+    t.add_argument(
+        "--trust-remote-code",
+        action="store_true",
+        help="allow running the model code stored in the checkpoint instead of this package's (needed only "
+        "for checkpoints whose code this package does not provide)",
+    )
     t.set_defaults(func=cmd_translate)
 
     add_export_parser(commands)
 
     p = commands.add_parser(
-        "push", help="publish a trained model on the Hugging Face Hub",
+        "push",
+        help="publish a trained model on the Hugging Face Hub",
         description="Upload a training run's output directory in one commit: weights (safetensors), config with "
         "auto_map, generation config, remote code with the translation pipeline, tokenizer, model card written from "
         "results.json, plots and results.json; never checkpoints, optimizer states, training_args.bin, TensorBoard "
         "runs or hypotheses. The token is checked before anything is uploaded.",
     )
     p.add_argument("output_dir", help="train.py's --output_dir, or a save_pretrained directory holding the tokenizer")
-    p.add_argument("repo_id", help="'namespace/name' on the Hub ('name' alone: your own namespace); created if missing")
-    p.add_argument("--private", action="store_true",
-                   help="create the repo private (an existing public repo is an error)")
-    p.add_argument("--revision", default=None, metavar="BRANCH", help="commit to this branch, created from main if "
-                   "missing (default: main)")
-    p.add_argument("--token", default=None,
-                   help="Hub token with write access (default: HF_TOKEN, else `hf auth login`)")
-    p.add_argument("--commit-message", default=DEFAULT_COMMIT_MESSAGE,
-                   help=f"commit title (default: {DEFAULT_COMMIT_MESSAGE!r})")
-    p.add_argument("--results", default=None, metavar="FILE",
-                   help="results JSON the model card is written from (default: OUTPUT_DIR/results.json; without one, "
-                   "an existing README.md is pushed as is, else a card without results)")
-    p.add_argument("--no-prune", action="store_true",
-                   help="keep training files (training_args.bin, checkpoints, runs/) "
-                   "that the Trainer's pushes during training left in the repo; by default the commit deletes them")
-    p.add_argument("--dry-run", action="store_true", help="list the files that would be uploaded and exit (no network)")
+    p.add_argument(
+        "repo_id", help="'namespace/name' on the Hub ('name' alone: your own namespace); created if missing"
+    )
+    p.add_argument(
+        "--private", action="store_true", help="create the repo private (an existing public repo is an error)"
+    )
+    p.add_argument(
+        "--revision",
+        default=None,
+        metavar="BRANCH",
+        help="commit to this branch, created from main if missing (default: main)",
+    )
+    p.add_argument(
+        "--token", default=None, help="Hub token with write access (default: HF_TOKEN, else `hf auth login`)"
+    )
+    p.add_argument(
+        "--commit-message", default=DEFAULT_COMMIT_MESSAGE, help=f"commit title (default: {DEFAULT_COMMIT_MESSAGE!r})"
+    )
+    p.add_argument(
+        "--results",
+        default=None,
+        metavar="FILE",
+        help="results JSON the model card is written from (default: OUTPUT_DIR/results.json; without one, "
+        "an existing README.md is pushed as is, else a card without results)",
+    )
+    p.add_argument(
+        "--no-prune",
+        action="store_true",
+        help="keep training files (training_args.bin, checkpoints, runs/) "
+        "that the Trainer's pushes during training left in the repo; by default the commit deletes them",
+    )
+    p.add_argument(
+        "--dry-run", action="store_true", help="list the files that would be uploaded and exit (no network)"
+    )
     p.set_defaults(func=cmd_push)
 
     a = commands.add_parser(
-        "attention", help="draw what the model attends to (the paper's Figures 3-5) for one sentence",
+        "attention",
+        help="draw what the model attends to (the paper's Figures 3-5) for one sentence",
         description="Translate SOURCE (beam search) or take --target, and draw the model's attention weights into a "
         "PNG: cross-attention as source x target heatmaps (one panel per head and their mean), or encoder / decoder "
         "self-attention as lines between the tokens of the sentence written twice, one colour per head, as in the "
         "paper's appendix. Layers and heads count from 0.",
     )
     a.add_argument("source", metavar="SOURCE", help="the source sentence")
-    a.add_argument("--model", required=True, metavar="PATH_OR_REPO",
-                   help="checkpoint directory or Hub repo id (with its tokenizer)")
+    a.add_argument(
+        "--model",
+        required=True,
+        metavar="PATH_OR_REPO",
+        help="checkpoint directory or Hub repo id (with its tokenizer)",
+    )
     a.add_argument("--output", required=True, metavar="FILE.png", help="where to write the figure (PNG, SVG, PDF)")
     a.add_argument("--target", default=None, help="the translation to analyse (default: the model's own)")
-    a.add_argument("--kind", default="cross", choices=("cross", "encoder", "decoder"),
-                   help="cross-attention (default), encoder or decoder self-attention")
-    a.add_argument("--layer", type=int, default=None, metavar="L",
-                   help="layer index from 0 (negative: from the last, -1 = last); default: every layer")
+    a.add_argument(
+        "--kind",
+        default="cross",
+        choices=("cross", "encoder", "decoder"),
+        help="cross-attention (default), encoder or decoder self-attention",
+    )
+    a.add_argument(
+        "--layer",
+        type=int,
+        default=None,
+        metavar="L",
+        help="layer index from 0 (negative: from the last, -1 = last); default: every layer",
+    )
     a.add_argument("--heads", default="all", metavar="all|0,3", help="heads to draw: 'all' (default) or indices")
-    a.add_argument("--beams", type=int, default=4, metavar="N",
-                   help="beam size for the model's translation (default 4, as in the paper; 1 = greedy)")
+    a.add_argument(
+        "--beams",
+        type=int,
+        default=4,
+        metavar="N",
+        help="beam size for the model's translation (default 4, as in the paper; 1 = greedy)",
+    )
     a.add_argument("--device", default="auto", help="torch device: auto (default), cpu, cuda, mps")
     a.add_argument("--revision", default=None, help="branch, tag or commit of a Hub repo (default: main)")
-    a.add_argument("--trust-remote-code", action="store_true",
-                   help="allow running the model code stored in the checkpoint instead of this package's")
+    a.add_argument(
+        "--trust-remote-code",
+        action="store_true",
+        help="allow running the model code stored in the checkpoint instead of this package's",
+    )
     a.set_defaults(func=cmd_attention)
 
     commands.add_parser(
-        "average", add_help=False, help="average the last checkpoints of a run (paper section 6.1); "
-        f"`{PROG} average --help` for its options",
+        "average",
+        add_help=False,
+        help=f"average the last checkpoints of a run (paper section 6.1); `{PROG} average --help` for its options",
     )
     return parser
 

@@ -113,7 +113,11 @@ class _CrossEntropyTerms(torch.autograd.Function):
 
 
 def label_smoothed_cross_entropy(
-    logits: torch.Tensor, labels: torch.Tensor, epsilon: float = 0.0, ignore_index: int = -100, per_sequence: bool = False
+    logits: torch.Tensor,
+    labels: torch.Tensor,
+    epsilon: float = 0.0,
+    ignore_index: int = -100,
+    per_sequence: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Cross-entropy of `logits` [..., vocab] against `labels` [...], with label smoothing `epsilon` (section 5.4),
     summed over the positions whose label is not `ignore_index`. Returns `(loss_sum, nll_sum, n_tokens)`: the smoothed
@@ -217,7 +221,9 @@ class VanillaTransformerAttention(nn.Module):
         cache, is_updated = past_key_values, False
         if isinstance(past_key_values, EncoderDecoderCache):
             is_updated = is_cross_attention and past_key_values.is_updated.get(self.layer_idx, False)
-            cache = past_key_values.cross_attention_cache if is_cross_attention else past_key_values.self_attention_cache
+            cache = (
+                past_key_values.cross_attention_cache if is_cross_attention else past_key_values.self_attention_cache
+            )
 
         if is_updated:
             # The encoder output does not change while decoding: its keys/values are computed once per layer
@@ -285,7 +291,9 @@ class VanillaTransformerEncoderLayer(GradientCheckpointingLayer):
         self.ffn = VanillaTransformerFeedForward(config, config.encoder_ffn_dim)
         self.final_layer_norm = nn.LayerNorm(config.d_model)
 
-    def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None, **kwargs) -> torch.Tensor:
+    def forward(
+        self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None, **kwargs
+    ) -> torch.Tensor:
         residual = hidden_states
         if self.normalize_before:
             hidden_states = self.self_attn_layer_norm(hidden_states)
@@ -510,7 +518,9 @@ class VanillaTransformerEncoder(VanillaTransformerStack):
             _check_input_ids(input_ids, self.config.vocab_size, "input_ids")
             inputs_embeds = self.embed_tokens(input_ids)
         elif inputs_embeds.dim() != 3 or inputs_embeds.shape[1] == 0:
-            raise ValueError(f"`inputs_embeds` must have shape [batch, length>0, d_model], got {tuple(inputs_embeds.shape)}.")
+            raise ValueError(
+                f"`inputs_embeds` must have shape [batch, length>0, d_model], got {tuple(inputs_embeds.shape)}."
+            )
         _check_padding_mask(attention_mask, inputs_embeds.shape[:2], "attention_mask")
 
         hidden_states = self.embed(inputs_embeds, past_length=0)
@@ -553,7 +563,9 @@ class VanillaTransformerDecoder(VanillaTransformerStack):
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("Pass exactly one of `decoder_input_ids` and `decoder_inputs_embeds` to the decoder.")
         if encoder_hidden_states is None:
-            raise ValueError("The decoder needs `encoder_hidden_states` (or the model's `input_ids` / `encoder_outputs`).")
+            raise ValueError(
+                "The decoder needs `encoder_hidden_states` (or the model's `input_ids` / `encoder_outputs`)."
+            )
         if use_cache and past_key_values is None:
             past_key_values = EncoderDecoderCache(DynamicCache(config=self.config), DynamicCache(config=self.config))
         past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
@@ -579,7 +591,9 @@ class VanillaTransformerDecoder(VanillaTransformerStack):
 
         hidden_states = self.embed(inputs_embeds, past_length)
         self_attention_cache = (
-            past_key_values.self_attention_cache if isinstance(past_key_values, EncoderDecoderCache) else past_key_values
+            past_key_values.self_attention_cache
+            if isinstance(past_key_values, EncoderDecoderCache)
+            else past_key_values
         )
         # Section 3.2.3: "masking out (setting to -inf) all values in the input of the softmax which correspond to
         # illegal connections" (position i sees positions <= i), and padding keys in both attentions.
@@ -606,7 +620,9 @@ class VanillaTransformerDecoder(VanillaTransformerStack):
             )
         if self.layer_norm is not None:
             hidden_states = self.layer_norm(hidden_states)
-        return BaseModelOutputWithPastAndCrossAttentions(last_hidden_state=hidden_states, past_key_values=past_key_values)
+        return BaseModelOutputWithPastAndCrossAttentions(
+            last_hidden_state=hidden_states, past_key_values=past_key_values
+        )
 
 
 class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
@@ -654,7 +670,11 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
         `config.use_cache` in evaluation mode and to False in training mode, where a cache is never read."""
         if encoder_outputs is None:
             encoder_outputs = self.encoder(
-                input_ids=input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds, return_dict=True, **kwargs
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                inputs_embeds=inputs_embeds,
+                return_dict=True,
+                **kwargs,
             )
         elif not isinstance(encoder_outputs, BaseModelOutput):
             encoder_outputs = BaseModelOutput(
@@ -699,7 +719,12 @@ class SourceLengthLimit(LogitsProcessor):
     forced rows are selected with `torch.where`."""
 
     def __init__(
-        self, source_lengths: torch.Tensor, offset: int, eos_token_id: int, start_length: int = 1, cap: int | None = None
+        self,
+        source_lengths: torch.Tensor,
+        offset: int,
+        eos_token_id: int,
+        start_length: int = 1,
+        cap: int | None = None,
     ):
         self.limits = source_lengths.long() + offset
         if cap is not None:  # e.g. a learned position table's size
@@ -871,7 +896,11 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
             lengths = self._source_lengths(inputs if inputs is not None else kwargs.get("input_ids"), kwargs)
             if lengths is not None:
                 # Learned positions (not the paper) end with their table: the start token and the output must fit.
-                cap = self.config.max_position_embeddings - 1 if self.config.position_embedding_type == "learned" else None
+                cap = (
+                    self.config.max_position_embeddings - 1
+                    if self.config.position_embedding_type == "learned"
+                    else None
+                )
                 limit = SourceLengthLimit(lengths, offset, self.config.eos_token_id, cap=cap)
                 logits_processor = LogitsProcessorList([*(logits_processor or []), limit])
                 kwargs["max_new_tokens"] = int(limit.limits.max())

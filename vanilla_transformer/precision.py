@@ -47,7 +47,9 @@ def resolve_dtype(name: str, device: str | torch.device) -> tuple[torch.dtype, s
         return (torch.bfloat16 if native else torch.float32), reason
     dtype = getattr(torch, name, None)
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-        raise ValueError(f"dtype {name!r} is not a torch floating-point dtype: use auto, float32, bfloat16 or float16.")
+        raise ValueError(
+            f"dtype {name!r} is not a torch floating-point dtype: use auto, float32, bfloat16 or float16."
+        )
     return dtype, "asked for"
 
 

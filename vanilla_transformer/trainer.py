@@ -71,6 +71,7 @@ from .modeling_vanilla_transformer import label_smoothed_cross_entropy
 from .precision import bf16_support, fast_attention_implementation
 from .schedule import NoamLR, peak_learning_rate
 
+
 logger = logging.getLogger(__name__)
 
 
@@ -123,9 +124,7 @@ class VanillaTrainingArguments(Seq2SeqTrainingArguments):
         default="inverse_sqrt",
         metadata={"help": "'inverse_sqrt' = the paper's schedule (schedule.NoamLR); others use `learning_rate`."},
     )
-    predict_with_generate: bool = field(
-        default=True, metadata={"help": "Evaluate BLEU on beam-search translations."}
-    )
+    predict_with_generate: bool = field(default=True, metadata={"help": "Evaluate BLEU on beam-search translations."})
     metric_for_best_model: str | None = field(
         default="bleu", metadata={"help": "The metric that selects the best checkpoint (validation BLEU)."}
     )
@@ -156,7 +155,9 @@ class VanillaTrainingArguments(Seq2SeqTrainingArguments):
         self._resolve_bf16()
         super().__post_init__()
         if not 0.0 <= self.label_smoothing < 1.0:
-            raise ValueError(f"`label_smoothing` must be in [0, 1), got {self.label_smoothing!r} (the paper uses 0.1).")
+            raise ValueError(
+                f"`label_smoothing` must be in [0, 1), got {self.label_smoothing!r} (the paper uses 0.1)."
+            )
         if not self.lr_factor > 0:
             raise ValueError(f"`lr_factor` must be positive, got {self.lr_factor!r} (the paper's schedule has 1.0).")
         for name in ("max_tokens", "max_sentences"):
@@ -262,14 +263,20 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
         """Log the precision and why; in bfloat16 on a CPU, switch the model to the eager attention, the fast kernel
         there (precision.fast_attention_implementation; not saved: checkpoints keep the default)."""
         precision = {"bf16": "bfloat16 autocast", "fp16": "float16 autocast"}.get(self.args.mixed_precision, "float32")
-        logger.info("Precision: %s on %s (%s).", precision, self.args.device,
-                    getattr(self.args, "precision_reason", "set by the arguments"))
+        logger.info(
+            "Precision: %s on %s (%s).",
+            precision,
+            self.args.device,
+            getattr(self.args, "precision_reason", "set by the arguments"),
+        )
         dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(self.args.mixed_precision, torch.float32)
         attention = fast_attention_implementation(self.args.device, dtype)
         model = self.accelerator.unwrap_model(self.model)
         config = getattr(model, "config", None)
-        if attention and getattr(config, "_attn_implementation", attention) == "sdpa" and hasattr(
-            model, "set_attn_implementation"
+        if (
+            attention
+            and getattr(config, "_attn_implementation", attention) == "sdpa"
+            and hasattr(model, "set_attn_implementation")
         ):
             model.set_attn_implementation(attention)
             logger.info("Attention: %s (torch's SDPA kernel is the slow one in %s on a CPU).", attention, precision)
@@ -332,8 +339,11 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
             warmup = saved["warmup_steps"]
             if self.args.warmup_steps >= 1 or self.args.max_steps > 0:
                 warmup = self.args.get_warmup_steps(self.args.max_steps)
-            ours = {"warmup_steps": warmup, "lr_factor": float(self.args.lr_factor),
-                    "d_model": getattr(self.accelerator.unwrap_model(self.model).config, "d_model", None)}
+            ours = {
+                "warmup_steps": warmup,
+                "lr_factor": float(self.args.lr_factor),
+                "d_model": getattr(self.accelerator.unwrap_model(self.model).config, "d_model", None),
+            }
             theirs = {"warmup_steps": saved["warmup_steps"], "lr_factor": saved["factor"], "d_model": saved["d_model"]}
         else:
             ours, theirs = {"learning_rate": self.args.learning_rate}, {"learning_rate": saved["base_lrs"][0]}
@@ -408,7 +418,11 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
             self._noam_scheduler = self.lr_scheduler  # rebuilt by the next `train()` call, see there
             logger.info(
                 "Learning rate: the paper's schedule, d_model=%d, warmup=%d, factor=%g, peak %.3g at update %d.",
-                d_model, warmup, self.args.lr_factor, peak_learning_rate(d_model, warmup, self.args.lr_factor), warmup,
+                d_model,
+                warmup,
+                self.args.lr_factor,
+                peak_learning_rate(d_model, warmup, self.args.lr_factor),
+                warmup,
             )
         return super().create_scheduler(num_training_steps, optimizer)
 
@@ -431,14 +445,17 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
             # The model computes the loss (label-smoothed, float32, fused: `label_smoothed_cross_entropy`), so that
             # it is part of a compiled graph under `torch_compile`; it builds the decoder input from the labels.
             outputs = model(
-                **inputs, epsilon_ls=self.args.label_smoothing, num_items_in_batch=num_items_in_batch,
+                **inputs,
+                epsilon_ls=self.args.label_smoothing,
+                num_items_in_batch=num_items_in_batch,
                 use_cache=False,
             )
             loss = outputs.loss
             # The sums for the logs, from the normalized losses (no host sync: tensors are added up).
             denominator = outputs.num_target_tokens.clamp(min=1) if num_items_in_batch is None else num_items_in_batch
-            sums = torch.stack([loss.detach() * denominator, outputs.nll_loss * denominator,
-                                outputs.num_target_tokens.to(loss.dtype)])
+            sums = torch.stack(
+                [loss.detach() * denominator, outputs.nll_loss * denominator, outputs.num_target_tokens.to(loss.dtype)]
+            )
             self._loss_sums["train"] += sums.to(self._loss_sums["train"])
             if num_items_in_batch is not None and self.args.average_tokens_across_devices:
                 # `num_items_in_batch` is then the count over all processes, and DDP averages the gradients over the
@@ -508,7 +525,9 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
         # config with the library defaults (max_length=20, ...), which every later checkpoint would then save, and
         # pads the outputs to that length; the evaluation loop pads the batches to a common width anyway (-100).
         kwargs = {k: v for k, v in {**getattr(self, "_gen_kwargs", {}), **gen_kwargs}.items() if v is not None}
-        source = {k: v for k, v in inputs.items() if k not in ("labels", "decoder_input_ids", "decoder_attention_mask")}
+        source = {
+            k: v for k, v in inputs.items() if k not in ("labels", "decoder_input_ids", "decoder_attention_mask")
+        }
         if encoder_outputs is not None:
             kwargs["encoder_outputs"] = encoder_outputs
         generated = self.accelerator.unwrap_model(model).generate(**source, **kwargs)
@@ -532,7 +551,10 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
             self.accelerator.gather_for_metrics, use_gather_object=self.args.eval_use_gather_object
         )
         output = super().evaluation_loop(
-            dataloader, description, prediction_loss_only=prediction_loss_only, ignore_keys=ignore_keys,
+            dataloader,
+            description,
+            prediction_loss_only=prediction_loss_only,
+            ignore_keys=ignore_keys,
             metric_key_prefix=metric_key_prefix,
         )
         smoothed_sum, nll_sum, tokens = self._take_loss_sums("eval")
@@ -597,8 +619,12 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
         # the batches on the device; the Trainer's `set_epoch` reaches the sampler directly, and through the
         # `SkipBatchSampler` of a resumed epoch.
         return prepare_data_loader(
-            DataLoader(dataset, **params), self.accelerator.device, num_processes=1, process_index=0,
-            put_on_device=self.accelerator.device_placement, non_blocking=self.accelerator.non_blocking,
+            DataLoader(dataset, **params),
+            self.accelerator.device,
+            num_processes=1,
+            process_index=0,
+            put_on_device=self.accelerator.device_placement,
+            non_blocking=self.accelerator.non_blocking,
         )
 
 
@@ -629,8 +655,11 @@ class TimeLimit(TrainerCallback):
         self.elapsed = self.clock() - self.started
         over = torch.tensor([float(self.elapsed >= self.seconds)], device=args.device)
         if broadcast(over, from_process=0).item():
-            logger.info("Time limit of %.1f minutes reached at step %d: saving and stopping.", self.seconds / 60,
-                        state.global_step)
+            logger.info(
+                "Time limit of %.1f minutes reached at step %d: saving and stopping.",
+                self.seconds / 60,
+                state.global_step,
+            )
             control.should_training_stop = True
             control.should_save = True
             control.should_evaluate = args.eval_strategy != "no"
@@ -650,7 +679,9 @@ class TimeLimitProgressCallback(ProgressCallback):
     def on_train_begin(self, args, state, control, **kwargs):
         if state.is_world_process_zero:
             self.training_bar = tqdm(
-                total=round(self.limit.seconds), unit="s", dynamic_ncols=True,
+                total=round(self.limit.seconds),
+                unit="s",
+                dynamic_ncols=True,
                 bar_format="{l_bar}{bar}| {n:.0f}/{total} s of the time limit [{elapsed}<{remaining}{postfix}]",
             )
         self.current_step = 0
