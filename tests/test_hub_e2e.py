@@ -50,6 +50,7 @@ EXPECTED_FILES = {
     "model.safetensors",
     "configuration_vanilla_transformer.py",
     "modeling_vanilla_transformer.py",
+    "loss_vanilla_transformer.py",
     "pipeline_vanilla_transformer.py",
     "tokenizer.json",
     "tokenizer_config.json",
@@ -575,6 +576,7 @@ def test_incomplete_directories_are_refused_before_any_network_call(run, tmp_pat
         "tokenizer.json": "has no tokenizer",
         "model.safetensors": "has no model.safetensors",
         "pipeline_vanilla_transformer.py": "names code in 'pipeline_vanilla_transformer.py'",
+        "loss_vanilla_transformer.py": "names code in 'loss_vanilla_transformer.py'",
         "configuration_vanilla_transformer.py": "names code in 'configuration_vanilla_transformer.py'",
     }
     for missing, message in cases.items():

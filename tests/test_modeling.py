@@ -17,8 +17,8 @@ from vanilla_transformer import (
     VanillaTransformerConfig,
     VanillaTransformerForConditionalGeneration,
     VanillaTransformerModel,
+    loss_vanilla_transformer,
 )
-from vanilla_transformer import modeling_vanilla_transformer as modeling
 from vanilla_transformer.modeling_vanilla_transformer import label_smoothed_cross_entropy, sinusoidal_position_encoding
 
 
@@ -240,7 +240,7 @@ def test_loss_is_token_mean_cross_entropy_of_shifted_labels():
 def test_label_smoothed_loss_and_its_gradient_equal_torch_cross_entropy(monkeypatch, dtype, epsilon):
     """The chunked log-sum-exp loss (eager mode) against `F.cross_entropy(label_smoothing=...)` on the float32 logits:
     values and gradients, with chunks of 3 rows so that the 14 rows span several (and a partial last one)."""
-    monkeypatch.setitem(modeling._LOSS_CHUNK_VALUES, "cpu", 3 * 50)
+    monkeypatch.setitem(loss_vanilla_transformer._LOSS_CHUNK_VALUES, "cpu", 3 * 50)
     torch.manual_seed(0)
     logits = (torch.randn(2, 7, 50) * 4).to(dtype).requires_grad_()
     labels = torch.randint(0, 50, (2, 7))

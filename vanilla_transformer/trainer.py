@@ -66,8 +66,8 @@ from transformers.training_args import OptimizerNames
 
 from .averaging import CHECKPOINT_RE, complete_checkpoints, is_complete_checkpoint
 from .batching import TokenBatchSampler
+from .loss_vanilla_transformer import label_smoothed_cross_entropy
 from .metrics import make_compute_metrics
-from .modeling_vanilla_transformer import label_smoothed_cross_entropy
 from .precision import bf16_support, fast_attention_implementation
 from .schedule import NoamLR, peak_learning_rate
 
