@@ -42,3 +42,15 @@ def subprocess_env(**extra: str) -> dict[str, str]:
     reductions sum in another order and results differ in the last bits (1e-6 seen), whatever `OMP_NUM_THREADS` the
     machine's environment has. Offline, as every test here."""
     return {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", **extra}
+
+
+# The sizes of the tiny model that the data, pipeline and CLI tests build (1 layer each side, d_model 32, 2 heads).
+TINY_SIZES = dict(
+    d_model=32,
+    encoder_layers=1,
+    decoder_layers=1,
+    encoder_attention_heads=2,
+    decoder_attention_heads=2,
+    encoder_ffn_dim=64,
+    decoder_ffn_dim=64,
+)

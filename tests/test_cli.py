@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import read_multi30k, subprocess_env
+from helpers import TINY_SIZES, read_multi30k, subprocess_env
 
 from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 from vanilla_transformer.cli import build_parser, load_model, main, read_lines
@@ -28,13 +28,7 @@ def checkpoint(tmp_path_factory):
     torch.manual_seed(0)
     config = VanillaTransformerConfig(
         vocab_size=len(tokenizer),
-        d_model=32,
-        encoder_layers=1,
-        decoder_layers=1,
-        encoder_attention_heads=2,
-        decoder_attention_heads=2,
-        encoder_ffn_dim=64,
-        decoder_ffn_dim=64,
+        **TINY_SIZES,
         dropout=0.0,
     )
     model = VanillaTransformerForConditionalGeneration(config)

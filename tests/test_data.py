@@ -14,7 +14,7 @@ import datasets
 import numpy as np
 import pytest
 import torch
-from helpers import MULTI30K, read_multi30k
+from helpers import MULTI30K, TINY_SIZES, read_multi30k
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import DataCollatorForSeq2Seq, PreTrainedTokenizerFast
 
@@ -448,13 +448,7 @@ def test_trainer_drops_the_extra_columns(multi30k, tokenizer, tmp_path):
     config = modeling.VanillaTransformerConfig.from_preset(
         "small",
         vocab_size=len(tokenizer),
-        d_model=32,
-        encoder_layers=1,
-        decoder_layers=1,
-        encoder_attention_heads=2,
-        decoder_attention_heads=2,
-        encoder_ffn_dim=64,
-        decoder_ffn_dim=64,
+        **TINY_SIZES,
     )
     model = modeling.VanillaTransformerForConditionalGeneration(config)
     out = tokenize_corpus(datasets.DatasetDict({"train": multi30k["validation"].select(range(16))}), tokenizer)[

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import BLOCK_PACKAGE, read_multi30k, subprocess_env
+from helpers import BLOCK_PACKAGE, TINY_SIZES, read_multi30k, subprocess_env
 from transformers import AutoModelForSeq2SeqLM, pipeline
 from transformers.dynamic_module_utils import get_imports, get_relative_imports
 from transformers.pipelines import clean_custom_task
@@ -42,13 +42,7 @@ def tiny_model(tokenizer, seed=0):
     torch.manual_seed(seed)
     config = VanillaTransformerConfig(
         vocab_size=len(tokenizer),
-        d_model=32,
-        encoder_layers=1,
-        decoder_layers=1,
-        encoder_attention_heads=2,
-        decoder_attention_heads=2,
-        encoder_ffn_dim=64,
-        decoder_ffn_dim=64,
+        **TINY_SIZES,
         dropout=0.0,
         max_position_embeddings=64,
         # Untied: a random *tied* model keeps predicting the token whose embedding is closest to its last input,
