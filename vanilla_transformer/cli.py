@@ -294,12 +294,7 @@ def add_export_parser(commands) -> None:
         help="weight type stored (default float32; int8 is ~4x smaller and faster on CPUs)",
     )
     c.add_argument("--force", action="store_true", help="replace OUTPUT_DIR if it exists")
-    c.add_argument("--revision", default=None, help="branch, tag or commit of a Hub repo (default: main)")
-    c.add_argument(
-        "--trust-remote-code",
-        action="store_true",
-        help="allow loading a checkpoint whose model code this package does not provide",
-    )
+    add_checkpoint_options(c)
     c.set_defaults(func=cmd_export_ctranslate2)
 
 
@@ -358,6 +353,18 @@ def cmd_attention(args) -> int:
 
 
 # ------------------------------------------------------------------------------------------------ parser
+
+
+def add_checkpoint_options(parser: argparse.ArgumentParser) -> None:
+    """The options of every command that loads a checkpoint (`load_model`): which revision, and whether its own code
+    may run."""
+    parser.add_argument("--revision", default=None, help="branch, tag or commit of a Hub repo (default: main)")
+    parser.add_argument(
+        "--trust-remote-code",
+        action="store_true",
+        help="allow running the model code stored in the checkpoint instead of this package's (needed only "
+        "for checkpoints whose code this package does not provide)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -429,13 +436,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="at most N tokens per translation (default: the model's rule, source length + 50)",
     )
-    t.add_argument("--revision", default=None, help="branch, tag or commit of a Hub repo (default: main)")
-    t.add_argument(
-        "--trust-remote-code",
-        action="store_true",
-        help="allow running the model code stored in the checkpoint instead of this package's (needed only "
-        "for checkpoints whose code this package does not provide)",
-    )
+    add_checkpoint_options(t)
     t.set_defaults(func=cmd_translate)
 
     add_export_parser(commands)
@@ -524,12 +525,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="beam size for the model's translation (default 4, as in the paper; 1 = greedy)",
     )
     a.add_argument("--device", default="auto", help="torch device: auto (default), cpu, cuda, mps")
-    a.add_argument("--revision", default=None, help="branch, tag or commit of a Hub repo (default: main)")
-    a.add_argument(
-        "--trust-remote-code",
-        action="store_true",
-        help="allow running the model code stored in the checkpoint instead of this package's",
-    )
+    add_checkpoint_options(a)
     a.set_defaults(func=cmd_attention)
 
     commands.add_parser(
