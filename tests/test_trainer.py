@@ -16,12 +16,13 @@ import datasets
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import read_multi30k, subprocess_env
+from helpers import TINY_SIZES, read_multi30k, subprocess_env
 from transformers import DataCollatorForSeq2Seq, ProgressCallback, TrainerCallback
 
 from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 from vanilla_transformer.batching import TokenBatchSampler
 from vanilla_transformer.data import tokenize_corpus
+from vanilla_transformer.loss_vanilla_transformer import label_smoothed_cross_entropy
 from vanilla_transformer.metrics import compute_bleu, decode_ids
 from vanilla_transformer.schedule import noam_learning_rate
 from vanilla_transformer.tokenization import train_tokenizer
@@ -30,7 +31,6 @@ from vanilla_transformer.trainer import (
     TimeLimitProgressCallback,
     VanillaTrainingArguments,
     VanillaTransformerTrainer,
-    label_smoothed_nll_loss,
     last_checkpoint,
 )
 
@@ -53,17 +53,7 @@ def corpus(tokenizer):
 
 
 def tiny_model(tokenizer, seed=0, dropout=0.0):
-    config = VanillaTransformerConfig(
-        vocab_size=len(tokenizer),
-        d_model=32,
-        encoder_layers=1,
-        decoder_layers=1,
-        encoder_attention_heads=2,
-        decoder_attention_heads=2,
-        encoder_ffn_dim=64,
-        decoder_ffn_dim=64,
-        dropout=dropout,
-    )
+    config = VanillaTransformerConfig(vocab_size=len(tokenizer), **TINY_SIZES, dropout=dropout)
     torch.manual_seed(seed)
     return VanillaTransformerForConditionalGeneration(config)
 
@@ -167,7 +157,7 @@ def test_label_smoothed_loss_equals_a_hand_computation():
     V, eps = 7, 0.1
     logits = torch.randn(2, 4, V, dtype=torch.float64)
     labels = torch.tensor([[3, 1, 2, -100], [6, 2, -100, -100]])
-    smoothed, nll, n_tokens = label_smoothed_nll_loss(logits, labels, eps)
+    smoothed, nll, n_tokens = label_smoothed_cross_entropy(logits, labels, eps)
 
     # Explicit target distribution: eps / V on every token, plus 1 - eps on the gold one (Szegedy et al.).
     hand_smoothed = hand_nll = 0.0
@@ -191,7 +181,7 @@ def test_label_smoothed_loss_equals_a_hand_computation():
     fairseq = (-(1 - eps) * gold_lp - eps / (V - 1) * (lprobs.sum(-1) - gold_lp)).sum()
     assert abs(smoothed.item() - fairseq.item()) > 1e-3
     # Without smoothing it is the plain cross-entropy.
-    assert label_smoothed_nll_loss(logits, labels, 0.0)[0].item() == pytest.approx(hand_nll, rel=1e-12)
+    assert label_smoothed_cross_entropy(logits, labels, 0.0)[0].item() == pytest.approx(hand_nll, rel=1e-12)
 
 
 def test_gradient_accumulation_does_not_change_loss_or_gradients(tmp_path, tokenizer, corpus):

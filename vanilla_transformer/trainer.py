@@ -202,20 +202,6 @@ class VanillaTrainingArguments(Seq2SeqTrainingArguments):
         return "cpu" if self.use_cpu or accelerator is None else accelerator.type
 
 
-def label_smoothed_nll_loss(
-    logits: torch.Tensor, labels: torch.Tensor, epsilon: float, ignore_index: int = -100, *, per_sequence: bool = False
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Label-smoothed cross-entropy of section 5.4, summed over the target tokens: the model's own
-    `label_smoothed_cross_entropy` (see there for the smoothed target, Szegedy et al.'s `(1 - epsilon) * onehot +
-    epsilon / V`, as `F.cross_entropy(label_smoothing=...)`; fairseq's differs by order epsilon / V).
-
-    Returns `(smoothed_sum, nll_sum, n_tokens)`, the sums running over positions whose label is not
-    `ignore_index`; the plain NLL is what perplexity is computed from. With `per_sequence=True` they are summed
-    over the last dimension only: one value per sequence (evaluation gathers them per sentence).
-    """
-    return label_smoothed_cross_entropy(logits, labels, epsilon, ignore_index, per_sequence=per_sequence)
-
-
 class VanillaTransformerTrainer(Seq2SeqTrainer):
     """`Seq2SeqTrainer` with the paper's optimizer, schedule, label-smoothed loss, token-based batches, BLEU
     evaluation and crash-safe checkpoints (see the module docstring). Takes the same arguments as
@@ -472,7 +458,7 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
             )
         outputs = model(**inputs, use_cache=False)
         logits = outputs["logits"] if isinstance(outputs, dict) else outputs[0]
-        smoothed, nll, tokens = label_smoothed_nll_loss(
+        smoothed, nll, tokens = label_smoothed_cross_entropy(
             logits, labels.to(logits.device), self.args.label_smoothing, per_sequence=True
         )
         loss = smoothed.sum() / tokens.sum().clamp(min=1)
@@ -708,6 +694,5 @@ __all__ = [
     "VanillaTransformerTrainer",
     "complete_checkpoints",
     "is_complete_checkpoint",
-    "label_smoothed_nll_loss",
     "last_checkpoint",
 ]
