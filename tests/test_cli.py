@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import TINY_SIZES, read_multi30k, subprocess_env
+from helpers import TINY_SIZES, read_multi30k, subprocess_env, train_steps
 
 from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 from vanilla_transformer.cli import build_parser, load_model, main, read_lines
@@ -32,24 +32,7 @@ def checkpoint(tmp_path_factory):
         dropout=0.0,
     )
     model = VanillaTransformerForConditionalGeneration(config)
-    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3, betas=(0.9, 0.98))
-    generator = torch.Generator().manual_seed(0)
-    model.train()
-    for _ in range(150):
-        rows = torch.randint(len(src), (32,), generator=generator).tolist()
-        batch = tokenizer(
-            [src[i] for i in rows],
-            text_target=[tgt[i] for i in rows],
-            padding=True,
-            truncation=True,
-            return_tensors="pt",
-        )
-        labels = batch["labels"].masked_fill(batch["labels"] == tokenizer.pad_token_id, -100)
-        loss = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=labels).loss
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad()
-    model.eval()
+    train_steps(model, tokenizer, src, tgt, steps=150, seed=0)
     path = tmp_path_factory.mktemp("cli_model")
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
@@ -261,38 +244,24 @@ def test_dtype_choices_are_enforced(capsys):
     assert exit_info.value.code == 2 and "invalid choice: 'float64'" in capsys.readouterr().err
 
 
+def translate_greedily(path, sentences: list[str], tmp_path, *options: str) -> list[str]:
+    """`vanilla-transformer translate` of `sentences`, file to file, greedy, one sentence per batch, on the CPU."""
+    source, target = tmp_path / "in.en", tmp_path / "out.de"
+    source.write_text("\n".join(sentences) + "\n", encoding="utf-8")
+    command = ["translate", "--model", str(path), "--input", str(source), "--output", str(target), *options]
+    assert main([*command, "--beams", "1", "--batch-size", "1", "--device", "cpu"]) == 0
+    return target.read_text(encoding="utf-8").splitlines()
+
+
 def test_bfloat16_weights(checkpoint, lines, tmp_path):
     path, _, _ = checkpoint
-    source, target = tmp_path / "in.en", tmp_path / "out.de"
-    source.write_text("\n".join(lines[1:4]) + "\n", encoding="utf-8")
-    assert (
-        main(
-            [
-                "translate",
-                "--model",
-                str(path),
-                "--input",
-                str(source),
-                "--output",
-                str(target),
-                "--dtype",
-                "bfloat16",
-                "--beams",
-                "1",
-                "--batch-size",
-                "1",
-                "--device",
-                "cpu",
-            ]
-        )
-        == 0
-    )
+    translated = translate_greedily(path, lines[1:4], tmp_path, "--dtype", "bfloat16")
     # In bfloat16 on a CPU the command uses the eager attention, the fast kernel there (precision.py); kernels round
     # differently in bfloat16, so the reference uses the same one.
     bf16 = VanillaTransformerForConditionalGeneration.from_pretrained(
         path, dtype=torch.bfloat16, attn_implementation=fast_attention_implementation("cpu", torch.bfloat16) or "sdpa"
     ).eval()
-    assert target.read_text(encoding="utf-8").splitlines() == expected(bf16, checkpoint[2], lines[1:4], num_beams=1)
+    assert translated == expected(bf16, checkpoint[2], lines[1:4], num_beams=1)
 
 
 @pytest.mark.parametrize("native", [True, False])
@@ -304,37 +273,14 @@ def test_dtype_auto_is_bfloat16_only_where_native(checkpoint, lines, tmp_path, m
     loaded, _ = load_model(str(path), dtype="auto", device="cpu")
     assert loaded.dtype == (torch.bfloat16 if native else torch.float32)
     assert loaded.config._attn_implementation == ("eager" if native else "sdpa")
-    source, target = tmp_path / "in.en", tmp_path / "out.de"
-    source.write_text("\n".join(lines[1:4]) + "\n", encoding="utf-8")
-    assert (
-        main(
-            [
-                "translate",
-                "--model",
-                str(path),
-                "--input",
-                str(source),
-                "--output",
-                str(target),
-                "--dtype",
-                "auto",
-                "--beams",
-                "1",
-                "--batch-size",
-                "1",
-                "--device",
-                "cpu",
-            ]
-        )
-        == 0
-    )
+    translated = translate_greedily(path, lines[1:4], tmp_path, "--dtype", "auto")
     if native:
         reference = VanillaTransformerForConditionalGeneration.from_pretrained(
             path, dtype=torch.bfloat16, attn_implementation="eager"
         ).eval()
     else:
         reference = model  # float32, the default attention
-    assert target.read_text(encoding="utf-8").splitlines() == expected(reference, tokenizer, lines[1:4], num_beams=1)
+    assert translated == expected(reference, tokenizer, lines[1:4], num_beams=1)
 
 
 def test_help_documents_every_option(capsys):

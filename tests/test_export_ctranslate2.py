@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import read_multi30k, subprocess_env
+from helpers import read_multi30k, subprocess_env, train_steps
 
 from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 from vanilla_transformer.export_ctranslate2 import import_ctranslate2
@@ -79,22 +79,7 @@ def trained_model(tokenizer, corpus):
     src, tgt = corpus
     torch.manual_seed(2)
     model = VanillaTransformerForConditionalGeneration(tiny_config(tokenizer, encoder_layers=1, decoder_layers=1))
-    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3, betas=(0.9, 0.98))
-    generator = torch.Generator().manual_seed(2)
-    for _ in range(100):
-        rows = torch.randint(len(src), (32,), generator=generator).tolist()
-        batch = tokenizer(
-            [src[i] for i in rows],
-            text_target=[tgt[i] for i in rows],
-            padding=True,
-            truncation=True,
-            return_tensors="pt",
-        )
-        labels = batch["labels"].masked_fill(batch["labels"] == tokenizer.pad_token_id, -100)
-        model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=labels).loss.backward()
-        optimizer.step()
-        optimizer.zero_grad()
-    return model.eval()
+    return train_steps(model, tokenizer, src, tgt, steps=100, seed=2)
 
 
 @pytest.fixture(scope="module")
