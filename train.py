@@ -569,6 +569,9 @@ def score_test_split(model, tokenizer, test, data_args: DataArguments, run_args:
     started = time.perf_counter()
     hypotheses = translate(model, tokenizer, test["source"], batch_size=run_args.test_batch_size)
     result = compute_bleu(hypotheses, test["target"])
+    # Also lowercased (13a), the case-insensitive figure that Multi30k papers often report.
+    lower = compute_bleu(hypotheses, test["target"], lowercase=True)
+    result["lowercase"] = {"score": lower["score"], "signature": lower["signature"]}
     seconds = round(time.perf_counter() - started, 1)
     result.update(sentences=len(hypotheses), seconds=seconds, split=data_args.test_split)
     (out_dir / f"{data_args.test_split}.hyp.{data_args.tgt_lang}").write_text("\n".join(hypotheses) + "\n")

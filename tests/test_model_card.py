@@ -173,6 +173,22 @@ def test_usage_training_and_results_sections():
     assert [c.strip() for c in cells] == ["test_2016_flickr", "35.21", f"`{SIGNATURE.replace('|', chr(92) + '|')}`"]
 
 
+def test_lowercased_bleu_row_and_validation_curve():
+    lower = {"score": 37.04, "signature": SIGNATURE.replace("case:mixed", "case:lc")}
+    results = {**RESULTS, "bleu": {"test": {**RESULTS["bleu"]["test"], "lowercase": lower}}, "plots": ["bleu.png"]}
+    card = render_model_card(tiny_config(), results, REPO)
+    rows = [line for line in card.content.splitlines() if line.startswith("| test_2016_flickr")]
+    assert [re.split(r"(?<!\\)\|", row)[1:3] for row in rows] == [
+        [" test_2016_flickr ", " 35.21 "],
+        [" test_2016_flickr, lowercased ", " 37.04 "],
+    ]
+    assert "case:lc" in rows[1]
+    # The model-index keeps one entry per split: the cased score.
+    assert [r.metric_value for r in card.data.eval_results] == [RESULTS["bleu"]["test"]["score"]]
+    assert "![Validation BLEU during training](bleu.png)" in card.content
+    assert "bleu.png" not in render_model_card(tiny_config(), RESULTS, REPO).content
+
+
 def test_minimal_results_and_no_repo_id(tmp_path):
     results = {"src_lang": "de", "tgt_lang": "en", "bleu": {"test": {"score": 12.5, "signature": SIGNATURE}}}
     card = ModelCard.load(write_model_card(tmp_path, tiny_config(), results))
@@ -206,6 +222,7 @@ def _broken(**changes):
         (_broken(**{"bleu.test.score": "35"}), "score"),
         (_broken(**{"bleu.test.score": 135.0}), "score"),
         (_broken(**{"bleu.test.signature": KeyError}), "signature"),
+        (_broken(**{"bleu.test.lowercase": 37.0}), "lowercase"),
         (_broken(training=[1, 2]), "training"),
         (_broken(attention_figure="attention.png"), "attention_figure"),
         (["not", "a", "dict"], "results"),

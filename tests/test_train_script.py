@@ -101,6 +101,8 @@ def test_short_training_run_lowers_validation_loss_and_writes_a_loadable_model(d
     assert model.config.vocab_size == results["tokenizer"]["vocab_size"]
     assert (out / "tokenizer.json").is_file() and (out / "generation_config.json").is_file()
     assert results["bleu"]["test"]["sentences"] == 20 and "tok:13a" in results["bleu"]["test"]["signature"]
+    lower = results["bleu"]["test"]["lowercase"]
+    assert "case:lc" in lower["signature"] and lower["score"] >= results["bleu"]["test"]["score"] - 1e-9
     # What the step ran in, and why (float32 here: no --bf16).
     assert results["training"]["precision"] == {
         "mixed_precision": "no",

@@ -21,7 +21,8 @@ The results JSON (written by train.py, read here) is a dict:
         "test": {
           "score": 35.2,                       #   corpus BLEU in [0, 100], as sacreBLEU reports it
           "signature": "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0",
-          "split": "test_2016_flickr"          #   optional, the dataset split name (default: the key)
+          "split": "test_2016_flickr",         #   optional, the dataset split name (default: the key)
+          "lowercase": {"score": 37.0, "signature": "nrefs:1|case:lc|..."}  # optional, lowercased BLEU
         }
       },
       "training": {                            # optional
@@ -31,6 +32,7 @@ The results JSON (written by train.py, read here) is a dict:
         "hardware": "2-core CPU",              #   free text
         "hyperparameters": {"learning_rate": 7e-4, "warmup_steps": 4000, ...}   # free key -> value
       },
+      "plots": ["loss.png", "bleu.png"],      # optional; "bleu.png" (validation BLEU curve) goes into the card
       "checkpoint_averaging": {"num_checkpoints": 5, "checkpoints": ["checkpoint-9600", ...]},  # or null
       "decoding": {"num_beams": 4, "length_penalty": 0.6, "max_new_tokens": "source length + 50"},  # optional
       "tokenizer": {"type": "BPE", "vocab_size": 8000},   # optional
@@ -195,6 +197,12 @@ def load_results(results) -> dict:
                 f"`results['bleu'][{split!r}]['signature']` must be the sacreBLEU signature string "
                 f"(str(BLEU().get_signature())), got {entry.get('signature')!r}."
             )
+        lower = entry.get("lowercase")
+        if lower is not None and not (isinstance(lower, dict) and isinstance(lower.get("signature"), str)):
+            raise ValueError(
+                f"`results['bleu'][{split!r}]['lowercase']` must be {{score, signature}} of the lowercased "
+                f"BLEU (sacreBLEU `lowercase=True`), got {lower!r}."
+            )
     for key in ("training", "checkpoint_averaging", "decoding", "tokenizer", "attention_figure"):
         if results.get(key) is not None and not isinstance(results[key], dict):
             raise ValueError(f"`results[{key!r}]` must be a dict or absent, got {type(results[key]).__name__}.")
@@ -291,12 +299,16 @@ def render_model_card(
         # "|" separates Markdown table cells, even inside a code span: the signature's bars are escaped.
         bleu=[
             {
-                "split": entry.get("split") or key,
-                "score": entry["score"],
-                "signature_md": entry["signature"].replace("|", "\\|"),
+                "split": (entry.get("split") or key) + label,
+                "score": scored["score"],
+                "signature_md": scored["signature"].replace("|", "\\|"),
             }
             for key, entry in results["bleu"].items()
+            for label, scored in (("", entry), (", lowercased", entry.get("lowercase")))
+            if scored
         ],
+        # The validation BLEU curve that train.py plots (bleu.png), pushed beside the card.
+        bleu_curve="bleu.png" if "bleu.png" in (results.get("plots") or ()) else None,
         training=training,
         hyperparameters=training.get("hyperparameters") or {},
         runtime=_duration(training.get("train_runtime_s")),
