@@ -166,6 +166,24 @@ def test_config_file_sets_defaults_that_the_command_line_overrides(tmp_path, for
     assert training_args.warmup_steps == 22  # the command line wins
 
 
+@pytest.mark.parametrize("path", sorted((ROOT / "configs").glob("*.json")), ids=lambda p: p.name)
+def test_shipped_presets_parse(path):
+    model_args, data_args, _, run_args, training_args = train.parse_args(["--config", str(path)])
+    assert training_args.output_dir and model_args.preset
+    if path.name.startswith("multi30k_"):
+        # One recipe for every Multi30k direction (tuned on EN->DE validation data): only the languages and the
+        # output directory differ, and each direction's files exist in the shared data.
+        recipe = json.loads((ROOT / "configs" / "multi30k_en_de_cpu.json").read_text())
+        own = json.loads(path.read_text())
+        assert {k: v for k, v in own.items() if recipe.get(k) != v} == {
+            k: own[k] for k in ("src_lang", "tgt_lang", "output_dir") if own[k] != recipe[k]
+        }
+        assert run_args.max_train_minutes == 60 and data_args.test_split == "test_2016_flickr"
+        for split in ("train", "val", "test_2016_flickr"):
+            for lang in (data_args.src_lang, data_args.tgt_lang):
+                assert (ROOT / data_args.dataset / f"{split}.{lang}.gz").is_file()
+
+
 def test_unknown_key_in_config_file_is_named(tmp_path):
     config = tmp_path / "preset.json"
     config.write_text(json.dumps({"max_steps": 7, "max_step": 8}))
