@@ -1,0 +1,164 @@
+"""Score a finished `train.py` run on the whole validation split: the recipe search's one number per run.
+
+The Multi30k recipe (issue 9) was chosen on validation data only. Each proxy run trains with `--test_split ""`
+(so the test set is never translated), then this script scores, on all 1,014 validation pairs:
+
+- the final model (`RUN_DIR`) and the average of the last `--average` complete checkpoints (section 6.1);
+- cased detokenized sacreBLEU (13a) of beam-4 translations (the generation config of the run), and lowercased;
+- the validation NLL per target token (teacher forcing, no label smoothing, padding excluded).
+
+It appends one JSON line per run to `--table` (default `bench/multi30k_search.jsonl`) holding the run's settings
+(from its `results.json` and `config.json`), its training speed and the machine (CPU flags as torch sees them, and
+the precision the run trained in), and prints the markdown row that `bench/multi30k_search.md` lists.
+
+    python bench/score_run.py runs/search/p01 --average 10 --note "tiny, dropout 0.3"
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from _data import MULTI30K, read_lines
+from transformers import AutoTokenizer
+
+from vanilla_transformer import VanillaTransformerForConditionalGeneration
+from vanilla_transformer.averaging import average_checkpoints, complete_checkpoints
+from vanilla_transformer.metrics import compute_bleu
+from vanilla_transformer.translate import translate
+
+
+def cpu_flags() -> str:
+    caps = torch.backends.cpu.get_cpu_capability()
+    bf16 = torch.cpu._is_avx512_bf16_supported()
+    amx = torch.cpu._is_amx_tile_supported()
+    return f"{caps}{', avx512_bf16' if bf16 else ''}{', amx' if amx else ''}"
+
+
+@torch.no_grad()
+def validation_nll(model, tokenizer, sources: list[str], targets: list[str], batch_size: int = 100) -> float:
+    """Mean NLL per target token (natural log) under teacher forcing, without label smoothing."""
+    model.eval()
+    total, tokens = 0.0, 0
+    for start in range(0, len(sources), batch_size):
+        batch = tokenizer(
+            sources[start : start + batch_size],
+            text_target=targets[start : start + batch_size],
+            padding=True,
+            return_tensors="pt",
+        )
+        labels = batch["labels"].masked_fill(batch["labels"] == tokenizer.pad_token_id, -100)
+        out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=labels)
+        n = int(out.num_target_tokens)
+        total += float(out.nll_loss) * n
+        tokens += n
+    return total / tokens
+
+
+def score(model, tokenizer, sources, targets) -> dict:
+    started = time.perf_counter()
+    hypotheses = translate(model, tokenizer, sources, batch_size=64)
+    cased = compute_bleu(hypotheses, targets)
+    lower = compute_bleu(hypotheses, targets, lowercase=True)
+    return {
+        "bleu": round(cased["score"], 2),
+        "bleu_lc": round(lower["score"], 2),
+        "nll": round(validation_nll(model, tokenizer, sources, targets), 4),
+        "signature": cased["signature"],
+        "seconds": round(time.perf_counter() - started, 1),
+    }
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("run_dir", type=Path, nargs="?", help="Without it: print the table's rows as markdown.")
+    parser.add_argument("--average", type=int, default=10, help="Average the last K complete checkpoints (0 = no).")
+    parser.add_argument("--data-dir", type=Path, default=MULTI30K)
+    parser.add_argument("--split", default="val", help="Never the test split: the search tunes on validation data.")
+    parser.add_argument("--table", type=Path, default=Path(__file__).with_name("multi30k_search.jsonl"))
+    parser.add_argument("--note", default="", help="What the run changed, for the table.")
+    args = parser.parse_args(argv)
+    if args.split.startswith("test"):
+        parser.error("the search is scored on validation data only; the test split is scored once, by train.py.")
+
+    if args.run_dir is None:
+        print(HEADER)
+        for line in args.table.read_text(encoding="utf-8").splitlines():
+            print(markdown_row(json.loads(line)))
+        return 0
+    torch.set_num_threads(2)
+    results = json.loads((args.run_dir / "results.json").read_text())
+    src, tgt = results["src_lang"], results["tgt_lang"]
+    sources = read_lines(args.data_dir / f"{args.split}.{src}.gz")
+    targets = read_lines(args.data_dir / f"{args.split}.{tgt}.gz")
+    tokenizer = AutoTokenizer.from_pretrained(args.run_dir)
+
+    model = VanillaTransformerForConditionalGeneration.from_pretrained(args.run_dir)
+    config = model.config
+    final = score(model, tokenizer, sources, targets)
+    averaged = None
+    checkpoints = complete_checkpoints(args.run_dir)[-args.average :] if args.average else []
+    if len(checkpoints) > 1:
+        with tempfile.TemporaryDirectory() as tmp:
+            model = VanillaTransformerForConditionalGeneration.from_pretrained(average_checkpoints(checkpoints, tmp))
+            averaged = {**score(model, tokenizer, sources, targets), "checkpoints": len(checkpoints)}
+
+    training = results["training"]
+    hp = training["hyperparameters"]
+    row = {
+        "run": args.run_dir.name,
+        "pair": f"{src}-{tgt}",
+        "note": args.note,
+        "model": f"N={config.encoder_layers} d={config.d_model} h={config.encoder_attention_heads} "
+        f"ff={config.encoder_ffn_dim}",
+        "parameters": results["num_parameters"],
+        "vocab": results["tokenizer"]["vocab_size"],
+        "dropout": config.dropout,
+        "attention_dropout": config.attention_dropout,
+        "activation_dropout": config.activation_dropout,
+        "max_tokens": hp["max_tokens"],
+        "warmup": hp["warmup_steps"],
+        "lr_factor": hp["lr_factor"],
+        "label_smoothing": hp["label_smoothing"],
+        "minutes": round(training["train_runtime_s"] / 60, 1),
+        "updates": training["steps"],
+        "epochs": training["epochs"],
+        "tokens_per_second": training["tokens_per_second"],
+        "precision": training["precision"]["mixed_precision"],
+        "cpu": cpu_flags(),
+        "split": args.split,
+        "final": final,
+        "averaged": averaged,
+    }
+    with args.table.open("a", encoding="utf-8") as handle:
+        handle.write(json.dumps(row) + "\n")
+    print(markdown_row(row))
+    return 0
+
+
+HEADER = (
+    "| run | pair | model | vocab | dropout | tokens/batch | warmup | lr factor | minutes | updates | epochs | "
+    "tokens/s | CPU, precision | val BLEU / NLL, final | val BLEU / NLL, average (K) | what changed |\n"
+    + "| --- " * 16
+    + "|"
+)
+
+
+def markdown_row(row: dict) -> str:
+    final, averaged = row["final"], row["averaged"]
+    avg = f"{averaged['bleu']:.2f} / {averaged['nll']:.3f} ({averaged['checkpoints']})" if averaged else "-"
+    return (
+        f"| {row['run']} | {row['pair']} | {row['model']} | {row['vocab']} | {row['dropout']} | {row['max_tokens']} | "
+        f"{row['warmup']:g} | {row['lr_factor']} | {row['minutes']} | {row['updates']} | {row['epochs']:.1f} | "
+        f"{row['tokens_per_second']:,.0f} | {row['cpu']}, {row['precision']} | {final['bleu']:.2f} / "
+        f"{final['nll']:.3f} | {avg} | {row['note']} |"
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())
