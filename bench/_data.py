@@ -16,3 +16,25 @@ def read_lines(path: Path, limit: int | None = None) -> list[str]:
         raise ValueError(f"Data file {str(path)!r} not found: pass `--data-dir` pointing at the multi30k directory.")
     with gzip.open(path, "rt", encoding="utf-8") as handle:
         return [line.rstrip("\n") for line in itertools.islice(handle, limit)]
+
+
+def make_batches(tokenizer, source: list[str], target: list[str], batch_size: int, count: int) -> list[dict]:
+    """`count` consecutive (unsorted, hence padded) batches of `batch_size` sentence pairs: `input_ids`,
+    `attention_mask` and `labels` (padding -100), as the package's collator produces them."""
+    needed = batch_size * count
+    if needed > len(source):
+        raise ValueError(
+            f"{count} batches of {batch_size} sentences need {needed} pairs but the evaluation file has "
+            f"{len(source)}: lower `--train-batch` / `--gen-batch` / `--batches`."
+        )
+    batches = []
+    for start in range(0, needed, batch_size):
+        encoded = tokenizer(
+            source[start : start + batch_size],
+            text_target=target[start : start + batch_size],
+            padding=True,
+            return_tensors="pt",
+        )
+        labels = encoded["labels"].masked_fill(encoded["labels"] == tokenizer.pad_token_id, -100)
+        batches.append(dict(input_ids=encoded["input_ids"], attention_mask=encoded["attention_mask"], labels=labels))
+    return batches

@@ -71,7 +71,7 @@ from transformers import GenerationConfig, MarianConfig, MarianMTModel  # noqa: 
 # Run as a script from a checkout: make the package importable without installing it.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from _data import MULTI30K, read_lines  # noqa: E402  (bench/, the script's directory)
+from _data import MULTI30K, make_batches, read_lines  # noqa: E402  (bench/, the script's directory)
 from machine_peak import cpu_flags, measure_peaks  # noqa: E402
 
 from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration  # noqa: E402
@@ -102,28 +102,6 @@ def build_tokenizer(data_dir: Path, vocab_size: int, sentences: int):
     english = read_lines(data_dir / "train.en.gz", sentences)
     german = read_lines(data_dir / "train.de.gz", sentences)
     return train_tokenizer(english + german, vocab_size=vocab_size)
-
-
-def make_batches(tokenizer, source: list[str], target: list[str], batch_size: int, count: int) -> list[dict]:
-    """`count` consecutive (unsorted, hence padded) batches of `batch_size` sentence pairs: `input_ids`,
-    `attention_mask` and `labels` (padding -100), as the package's collator produces them."""
-    needed = batch_size * count
-    if needed > len(source):
-        raise ValueError(
-            f"{count} batches of {batch_size} sentences need {needed} pairs but the evaluation file has "
-            f"{len(source)}: lower `--train-batch` / `--gen-batch` / `--batches`."
-        )
-    batches = []
-    for start in range(0, needed, batch_size):
-        encoded = tokenizer(
-            source[start : start + batch_size],
-            text_target=target[start : start + batch_size],
-            padding=True,
-            return_tensors="pt",
-        )
-        labels = encoded["labels"].masked_fill(encoded["labels"] == tokenizer.pad_token_id, -100)
-        batches.append(dict(input_ids=encoded["input_ids"], attention_mask=encoded["attention_mask"], labels=labels))
-    return batches
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -24,7 +24,8 @@ import time
 from pathlib import Path
 
 import torch
-from _data import MULTI30K, read_lines
+from _data import MULTI30K, make_batches, read_lines
+from machine_peak import cpu_flags
 from transformers import AutoTokenizer
 
 from vanilla_transformer import VanillaTransformerForConditionalGeneration
@@ -33,11 +34,10 @@ from vanilla_transformer.metrics import compute_bleu
 from vanilla_transformer.translate import translate
 
 
-def cpu_flags() -> str:
-    caps = torch.backends.cpu.get_cpu_capability()
-    bf16 = torch.cpu._is_avx512_bf16_supported()
-    amx = torch.cpu._is_amx_tile_supported()
-    return f"{caps}{', avx512_bf16' if bf16 else ''}{', amx' if amx else ''}"
+def cpu_summary() -> str:
+    flags = cpu_flags()  # what torch sees: the capability that decides the kernels, and the bf16 / AMX units
+    extras = [name for name in ("avx512_bf16", "amx_tile") if flags.get(name)]
+    return ", ".join([flags["torch capability"], *extras])
 
 
 @torch.no_grad()
@@ -46,14 +46,8 @@ def validation_nll(model, tokenizer, sources: list[str], targets: list[str], bat
     model.eval()
     total, tokens = 0.0, 0
     for start in range(0, len(sources), batch_size):
-        batch = tokenizer(
-            sources[start : start + batch_size],
-            text_target=targets[start : start + batch_size],
-            padding=True,
-            return_tensors="pt",
-        )
-        labels = batch["labels"].masked_fill(batch["labels"] == tokenizer.pad_token_id, -100)
-        out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=labels)
+        batch = make_batches(tokenizer, sources[start:], targets[start:], min(batch_size, len(sources) - start), 1)[0]
+        out = model(**batch)
         n = int(out.num_target_tokens)
         total += float(out.nll_loss) * n
         tokens += n
@@ -130,7 +124,7 @@ def main(argv=None) -> int:
         "epochs": training["epochs"],
         "tokens_per_second": training["tokens_per_second"],
         "precision": training["precision"]["mixed_precision"],
-        "cpu": cpu_flags(),
+        "cpu": cpu_summary(),
         "split": args.split,
         "final": final,
         "averaged": averaged,
