@@ -133,7 +133,7 @@ def test_the_papers_scores_are_described_as_tokenized_bleu():
         root / "README.md",
         *(root / "vanilla_transformer").rglob("*.py"),
         *(root / "vanilla_transformer").rglob("*.md"),
-        *(root / "model_cards").glob("*.md"),
+        *(root / "model_cards").rglob("*.md"),
     ]
     citing = 0
     for path in files:
