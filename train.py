@@ -39,7 +39,7 @@ from transformers import DataCollatorForSeq2Seq, HfArgumentParser, ProgressCallb
 from vanilla_transformer import PRESETS, VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 from vanilla_transformer.averaging import average_checkpoints
 from vanilla_transformer.data import load_parallel_corpus, tokenize_corpus
-from vanilla_transformer.metrics import compute_bleu
+from vanilla_transformer.metrics import compute_bleu_with_lowercase
 from vanilla_transformer.model_card import write_attention_figure, write_model_card
 from vanilla_transformer.tokenization import check_tokenizer_fits_model, load_tokenizer, train_tokenizer
 from vanilla_transformer.trainer import (
@@ -568,10 +568,7 @@ def score_test_split(model, tokenizer, test, data_args: DataArguments, run_args:
     """Test BLEU of `model` (beam search with its generation config); the hypotheses go to `out_dir`."""
     started = time.perf_counter()
     hypotheses = translate(model, tokenizer, test["source"], batch_size=run_args.test_batch_size)
-    result = compute_bleu(hypotheses, test["target"])
-    # Also lowercased (13a), the case-insensitive figure that Multi30k papers often report.
-    lower = compute_bleu(hypotheses, test["target"], lowercase=True)
-    result["lowercase"] = {"score": lower["score"], "signature": lower["signature"]}
+    result = compute_bleu_with_lowercase(hypotheses, test["target"])
     seconds = round(time.perf_counter() - started, 1)
     result.update(sentences=len(hypotheses), seconds=seconds, split=data_args.test_split)
     (out_dir / f"{data_args.test_split}.hyp.{data_args.tgt_lang}").write_text("\n".join(hypotheses) + "\n")

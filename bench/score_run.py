@@ -30,7 +30,7 @@ from transformers import AutoTokenizer
 
 from vanilla_transformer import VanillaTransformerForConditionalGeneration
 from vanilla_transformer.averaging import average_checkpoints, complete_checkpoints
-from vanilla_transformer.metrics import compute_bleu
+from vanilla_transformer.metrics import compute_bleu_with_lowercase
 from vanilla_transformer.translate import translate
 
 
@@ -57,13 +57,12 @@ def validation_nll(model, tokenizer, sources: list[str], targets: list[str], bat
 def score(model, tokenizer, sources, targets) -> dict:
     started = time.perf_counter()
     hypotheses = translate(model, tokenizer, sources, batch_size=64)
-    cased = compute_bleu(hypotheses, targets)
-    lower = compute_bleu(hypotheses, targets, lowercase=True)
+    bleu = compute_bleu_with_lowercase(hypotheses, targets)
     return {
-        "bleu": round(cased["score"], 2),
-        "bleu_lc": round(lower["score"], 2),
+        "bleu": round(bleu["score"], 2),
+        "bleu_lc": round(bleu["lowercase"]["score"], 2),
         "nll": round(validation_nll(model, tokenizer, sources, targets), 4),
-        "signature": cased["signature"],
+        "signature": bleu["signature"],
         "seconds": round(time.perf_counter() - started, 1),
     }
 

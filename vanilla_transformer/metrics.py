@@ -66,6 +66,15 @@ def compute_bleu(predictions: Sequence[str], references: Sequence[str] | Sequenc
     return load_sacrebleu().compute(predictions=list(predictions), references=list(references), **kwargs)
 
 
+def compute_bleu_with_lowercase(predictions: Sequence[str], references: Sequence[str]) -> dict:
+    """`compute_bleu` (cased), plus `lowercase`: the `score` and `signature` of the same translations scored
+    lowercased (13a), the case-insensitive figure that Multi30k papers often report."""
+    result = compute_bleu(predictions, references)
+    lower = compute_bleu(predictions, references, lowercase=True)
+    result["lowercase"] = {"score": lower["score"], "signature": lower["signature"]}
+    return result
+
+
 def _token_array(ids) -> np.ndarray:
     """The ids the Trainer gathered, as an array with `-100` (the padding of labels, and of predictions
     gathered across batches of different widths) still in it."""
