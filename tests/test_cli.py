@@ -151,31 +151,22 @@ def test_progress_bar_only_on_a_terminal(checkpoint, lines, tmp_path, capsys, mo
     assert "translate: 100%" in capsys.readouterr().err
 
 
+def translate_greedily(path, sentences: list[str], tmp_path, *options: str) -> list[str]:
+    """`vanilla-transformer translate` of `sentences`, file to file, greedy, one sentence per batch, on the CPU."""
+    source, target = tmp_path / "in.en", tmp_path / "out.de"
+    source.write_text("\n".join(sentences) + "\n", encoding="utf-8")
+    command = ["translate", "--model", str(path), "--input", str(source), "--output", str(target), *options]
+    assert main([*command, "--beams", "1", "--batch-size", "1", "--device", "cpu"]) == 0
+    return target.read_text(encoding="utf-8").splitlines()
+
+
 def test_overlong_line_is_truncated_with_a_warning_not_dropped(checkpoint, lines, tmp_path, caplog):
     path, model, tokenizer = checkpoint
     long_line = " ".join(read_multi30k("test_2016_flickr.en.gz", 30)[20:30])  # ten sentences: far over MAX_LENGTH
     n_tokens = len(tokenizer(long_line)["input_ids"])
     assert n_tokens > MAX_LENGTH
-    source, target = tmp_path / "in.en", tmp_path / "out.de"
-    source.write_text("\n".join([lines[1], long_line, lines[2]]) + "\n", encoding="utf-8")
     with caplog.at_level("WARNING"):
-        status = main(
-            [
-                "translate",
-                "--model",
-                str(path),
-                "--input",
-                str(source),
-                "--output",
-                str(target),
-                "--beams",
-                "1",
-                "--device",
-                "cpu",
-            ]
-        )
-    assert status == 0
-    got = target.read_text(encoding="utf-8").splitlines()
+        got = translate_greedily(path, [lines[1], long_line, lines[2]], tmp_path)
     # The long line is translated from its first MAX_LENGTH tokens (</s> included), in its place.
     assert got == expected(model, tokenizer, [lines[1], long_line, lines[2]], num_beams=1)
     assert got[1]
@@ -242,15 +233,6 @@ def test_dtype_choices_are_enforced(capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(["translate", "--model", "x", "--dtype", "float64"])
     assert exit_info.value.code == 2 and "invalid choice: 'float64'" in capsys.readouterr().err
-
-
-def translate_greedily(path, sentences: list[str], tmp_path, *options: str) -> list[str]:
-    """`vanilla-transformer translate` of `sentences`, file to file, greedy, one sentence per batch, on the CPU."""
-    source, target = tmp_path / "in.en", tmp_path / "out.de"
-    source.write_text("\n".join(sentences) + "\n", encoding="utf-8")
-    command = ["translate", "--model", str(path), "--input", str(source), "--output", str(target), *options]
-    assert main([*command, "--beams", "1", "--batch-size", "1", "--device", "cpu"]) == 0
-    return target.read_text(encoding="utf-8").splitlines()
 
 
 def test_bfloat16_weights(checkpoint, lines, tmp_path):
