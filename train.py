@@ -549,6 +549,14 @@ def collect_results(trainer, tokenizer, train_split, model_args, data_args, trai
                 "max_tokens": args.max_tokens,
                 "warmup_steps": args.warmup_steps,
                 "lr_factor": args.lr_factor,
+                "lr_cooldown": args.lr_cooldown,
+                # The updates where the cool-down ran (a timed run plans them during training), or None.
+                "lr_cooldown_updates": [
+                    getattr(trainer.lr_scheduler, "cooldown_start", None),
+                    getattr(trainer.lr_scheduler, "cooldown_end", None),
+                ]
+                if args.lr_cooldown
+                else None,
                 "label_smoothing": args.label_smoothing,
                 "adam_betas": [args.adam_beta1, args.adam_beta2],
                 "adam_epsilon": args.adam_epsilon,

@@ -117,6 +117,7 @@ def main(argv=None) -> int:
         "max_tokens": hp["max_tokens"],
         "warmup": hp["warmup_steps"],
         "lr_factor": hp["lr_factor"],
+        "lr_cooldown": hp.get("lr_cooldown", 0.0),  # runs from before the cool-down existed had none
         "label_smoothing": hp["label_smoothing"],
         "minutes": round(training["train_runtime_s"] / 60, 1),
         "updates": training["steps"],
@@ -135,9 +136,9 @@ def main(argv=None) -> int:
 
 
 HEADER = (
-    "| run | pair | model | vocab | dropout | tokens/batch | warmup | lr factor | minutes | updates | epochs | "
+    "| run | pair | model | vocab | dropout | tokens/batch | warmup | lr factor | cool-down | minutes | updates | epochs | "
     "tokens/s | CPU, precision | val BLEU / NLL, final | val BLEU / NLL, average (K) | what changed |\n"
-    + "| --- " * 16
+    + "| --- " * 17
     + "|"
 )
 
@@ -147,7 +148,7 @@ def markdown_row(row: dict) -> str:
     avg = f"{averaged['bleu']:.2f} / {averaged['nll']:.3f} ({averaged['checkpoints']})" if averaged else "-"
     return (
         f"| {row['run']} | {row['pair']} | {row['model']} | {row['vocab']} | {row['dropout']} | {row['max_tokens']} | "
-        f"{row['warmup']:g} | {row['lr_factor']} | {row['minutes']} | {row['updates']} | {row['epochs']:.1f} | "
+        f"{row['warmup']:g} | {row['lr_factor']} | {row.get('lr_cooldown', 0.0):g} | {row['minutes']} | {row['updates']} | {row['epochs']:.1f} | "
         f"{row['tokens_per_second']:,.0f} | {row['cpu']}, {row['precision']} | {final['bleu']:.2f} / "
         f"{final['nll']:.3f} | {avg} | {row['note']} |"
     )

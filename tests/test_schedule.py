@@ -103,3 +103,62 @@ def test_step_zero_is_rejected_by_the_formula():
     with pytest.raises(ValueError, match="step"):
         noam_learning_rate(0, 512, 4000)
     assert math.isfinite(noam_learning_rate(1, 512, 4000))
+
+
+# ---- Cool-down (not in the paper; off by default) ----
+
+
+def test_cooldown_holds_the_rate_of_its_start_then_falls_linearly_to_zero():
+    d_model, warmup, start, end = 32, 4, 10, 14
+    used = lrs_of_updates(NoamLR(make_optimizer(), d_model, warmup, cooldown_start=start, cooldown_end=end), 16)
+    for step in range(1, start + 1):  # the paper's schedule up to and including the start
+        assert used[step - 1] == pytest.approx(paper(step, d_model, warmup), rel=1e-12)
+    held = paper(start, d_model, warmup)
+    # Updates 11..14 run with 4/5, 3/5, 2/5, 1/5 of it; after the end (which a run does not reach) zero.
+    assert used[start:end] == pytest.approx([held * k / 5 for k in (4, 3, 2, 1)], rel=1e-12)
+    assert used[end:] == [0.0, 0.0]
+    assert NoamLR(make_optimizer(), d_model, warmup).cooldown_start is None  # the paper's schedule by default
+
+
+def test_cooldown_planned_during_the_run_changes_only_the_updates_to_come():
+    d_model, warmup = 32, 4
+    scheduler = NoamLR(make_optimizer(), d_model, warmup)
+    before = lrs_of_updates(scheduler, 6)
+    scheduler.set_cooldown(6, 8)  # as trainer.TimeLimit does after update 6
+    after = lrs_of_updates(scheduler, 2)
+    assert before == pytest.approx([paper(s, d_model, warmup) for s in range(1, 7)], rel=1e-12)
+    assert after == pytest.approx([paper(6, d_model, warmup) * k / 3 for k in (2, 1)], rel=1e-12)
+    with pytest.raises(ValueError, match="past"):
+        scheduler.set_cooldown(5, 20)
+
+
+def test_cooldown_is_restored_from_the_state_dict():
+    d_model, warmup = 32, 4
+    first = NoamLR(make_optimizer(), d_model, warmup)
+    lrs_of_updates(first, 5)
+    first.set_cooldown(5, 9)
+    expected = lrs_of_updates(NoamLR(make_optimizer(), d_model, warmup, cooldown_start=5, cooldown_end=9), 9)[5:]
+    buffer = io.BytesIO()
+    torch.save({"optimizer": first.optimizer.state_dict(), "scheduler": first.state_dict()}, buffer)
+    buffer.seek(0)
+    saved = torch.load(buffer, weights_only=True)
+    optimizer = make_optimizer()
+    resumed = NoamLR(optimizer, d_model, warmup)  # built without one, as a resumed timed run's is
+    optimizer.load_state_dict(saved["optimizer"])
+    resumed.load_state_dict(saved["scheduler"])
+    assert (resumed.cooldown_start, resumed.cooldown_end) == (5, 9)
+    assert lrs_of_updates(resumed, 4) == pytest.approx(expected, rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(cooldown_start=5), "go together"),
+        (dict(cooldown_start=0, cooldown_end=5), "cooldown_start"),
+        (dict(cooldown_start=5, cooldown_end=5), "end after it starts"),
+        (dict(cooldown_start=5, cooldown_end=7.5), "cooldown_end"),
+    ],
+)
+def test_bad_cooldowns_are_refused(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        NoamLR(make_optimizer(), 32, 4, **kwargs)

@@ -122,6 +122,8 @@ def test_arguments_default_to_the_paper_and_can_be_overridden(tmp_path):
         (dict(lr_factor=0.0), "lr_factor"),
         (dict(max_tokens=0), "max_tokens"),
         (dict(max_sentences=-1), "max_sentences"),
+        (dict(lr_cooldown=1.0), "lr_cooldown"),
+        (dict(lr_cooldown=0.2, lr_scheduler_type="linear"), "lr_cooldown"),
     ],
 )
 def test_bad_arguments_name_the_argument(tmp_path, overrides, name):
@@ -245,6 +247,17 @@ def test_adam_and_the_paper_schedule(tmp_path, tokenizer, corpus):
         assert logs[step]["learning_rate"] == pytest.approx(noam_learning_rate(step, 32, 3, 2.0), rel=1e-12)
         assert logs[step]["ppl"] == pytest.approx(math.exp(logs[step]["nll_loss"]))
         assert logs[step]["nll_loss"] < logs[step]["loss"]  # smoothing adds the cross-entropy to the uniform
+
+
+def test_cooldown_over_the_last_half_of_max_steps(tmp_path, tokenizer, corpus):
+    trainer = make_trainer(
+        tmp_path, tiny_model(tokenizer), tokenizer, corpus, max_steps=8, warmup_steps=3, lr_cooldown=0.5
+    )
+    trainer.train()
+    used = [train_logs(trainer)[step]["learning_rate"] for step in range(1, 9)]
+    assert used[:4] == pytest.approx([noam_learning_rate(step, 32, 3) for step in range(1, 5)], rel=1e-12)
+    held = noam_learning_rate(4, 32, 3)
+    assert used[4:] == pytest.approx([held * k / 5 for k in (4, 3, 2, 1)], rel=1e-12)
 
 
 def test_adam_is_fused_and_optim_is_honoured(tmp_path, tokenizer, corpus):
@@ -536,6 +549,35 @@ def test_time_limit_stops_saves_and_evaluates_at_the_step_it_is_reached(tmp_path
     assert [h["step"] for h in trainer.state.log_history if "eval_loss" in h] == [3]
     with pytest.raises(ValueError, match="minutes"):
         TimeLimit(0)
+
+
+def test_time_limit_plans_the_cooldown_from_the_updates_per_second(tmp_path, tokenizer, corpus):
+    """10 minutes, lr_cooldown 0.3: after update 7 (420 s, 60 s an update so far) the cool-down is planned to end at
+    update 7 + 180 s * 7 / 420 s = 10, earlier than the one planned from max_steps (35-50). Updates then get
+    faster (20 s), so the run stops when the cool-down ends (update 10, 540 s), before the limit."""
+    readings = iter([0, 60, 120, 180, 240, 300, 360, 420, 440, 460, 480, 500, 520])
+    limit = TimeLimit(10, clock=lambda: next(readings))
+    trainer = make_trainer(
+        tmp_path,
+        tiny_model(tokenizer),
+        tokenizer,
+        corpus,
+        [limit],
+        max_steps=50,
+        warmup_steps=3,
+        lr_cooldown=0.3,
+        save_strategy="steps",
+        save_steps=1000,
+    )
+    trainer.train()
+    assert trainer.state.global_step == 10
+    assert sorted(os.listdir(tmp_path)) == ["checkpoint-10"]
+    used = [train_logs(trainer)[step]["learning_rate"] for step in range(1, 11)]
+    assert used[:7] == pytest.approx([noam_learning_rate(step, 32, 3) for step in range(1, 8)], rel=1e-12)
+    assert used[7:] == pytest.approx([noam_learning_rate(7, 32, 3) * k / 4 for k in (3, 2, 1)], rel=1e-12)
+    # The plan is part of the schedule's saved state, so a resumed run keeps it.
+    saved = torch.load(tmp_path / "checkpoint-10" / "scheduler.pt", weights_only=True)
+    assert (saved["cooldown_start"], saved["cooldown_end"]) == (7, 10)
 
 
 def test_progress_bar_of_a_timed_run_counts_the_time_limit(tmp_path, tokenizer, corpus, capsys):

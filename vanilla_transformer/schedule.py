@@ -18,8 +18,17 @@ transformers' `get_inverse_sqrt_schedule` (`lr_scheduler_type="inverse_sqrt"`) h
 evaluated at `t = last_epoch`: its first update runs with learning rate 0 and every later update `n` with
 lrate(n - 1), one update behind this schedule. (tests/test_schedule.py checks both statements.)
 
-The scheduler keeps no state beyond the step counter, so `state_dict` / `load_state_dict` (the Trainer's
-`scheduler.pt`) restore it exactly.
+Cool-down (a departure from the paper, off by default: `cooldown_start` / `set_cooldown`). The paper's
+inverse-square-root decay never reaches zero, so a run stopped by a budget ends at a learning rate still ~1/3 of
+its peak, where the weights keep jumping around a minimum they never settle into (what checkpoint averaging,
+section 6.1, partly makes up for). With a cool-down, the learning rate holds its value at update `start` and
+then falls linearly to zero at update `end + 1`, so the last update (`end`) runs with `lrate(start) / (end + 1 -
+start)`: the "warmup-stable-decay" shape, annealed to the end of the budget. A time-limited run learns its `end`
+only during training (trainer.TimeLimit estimates it from the updates per second so far), hence a method as well
+as constructor arguments.
+
+The scheduler's state is the step counter and the cool-down's two update numbers, so `state_dict` /
+`load_state_dict` (the Trainer's `scheduler.pt`) restore it exactly.
 """
 
 from __future__ import annotations
@@ -64,11 +73,20 @@ class NoamLR(LRScheduler):
         d_model: the model width (512 base, 1024 big).
         warmup_steps: the number of warm-up updates (4000 in the paper).
         factor: a constant multiplier (1.0 in the paper).
+        cooldown_start, cooldown_end: the updates where the linear cool-down starts and ends (see the module
+            docstring); both None (the default, the paper's schedule) or both given, 1 <= start < end.
         last_epoch: the number of updates already done, as in every torch scheduler (-1 = fresh start).
     """
 
     def __init__(
-        self, optimizer: Optimizer, d_model: int, warmup_steps: int = 4000, factor: float = 1.0, last_epoch: int = -1
+        self,
+        optimizer: Optimizer,
+        d_model: int,
+        warmup_steps: int = 4000,
+        factor: float = 1.0,
+        last_epoch: int = -1,
+        cooldown_start: int | None = None,
+        cooldown_end: int | None = None,
     ):
         _check_positive("d_model", d_model, integer=True)
         if not isinstance(warmup_steps, bool) and isinstance(warmup_steps, float) and warmup_steps.is_integer():
@@ -82,12 +100,52 @@ class NoamLR(LRScheduler):
         self.d_model = d_model
         self.warmup_steps = warmup_steps
         self.factor = float(factor)
+        self.cooldown_start, self.cooldown_end = None, None
+        if (cooldown_start is None) != (cooldown_end is None):
+            raise ValueError(
+                f"`cooldown_start` and `cooldown_end` go together (got {cooldown_start!r} and {cooldown_end!r})."
+            )
+        if cooldown_start is not None:
+            self._check_cooldown(cooldown_start, cooldown_end)
+            self.cooldown_start, self.cooldown_end = cooldown_start, cooldown_end
         super().__init__(optimizer, last_epoch)
+
+    @staticmethod
+    def _check_cooldown(start, end) -> None:
+        for name, value in (("cooldown_start", start), ("cooldown_end", end)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"`{name}` must be an update number >= 1, got {value!r}.")
+        if not start < end:
+            raise ValueError(
+                f"The cool-down must end after it starts: `cooldown_start`={start}, `cooldown_end`={end}."
+            )
+
+    def set_cooldown(self, start: int, end: int) -> None:
+        """(Re)plan the cool-down: hold `lrate(start)` after update `start`, reach zero after update `end` (see the
+        module docstring). `start` may not lie before the update about to run, whose learning rate is set now:
+        the schedule never rewrites what already happened."""
+        self._check_cooldown(start, end)
+        if start < self.last_epoch:
+            raise ValueError(f"`cooldown_start`={start} lies in the past: {self.last_epoch} updates are already done.")
+        self.cooldown_start, self.cooldown_end = start, end
+        lrs = self.get_lr()
+        for group, lr in zip(self.optimizer.param_groups, lrs):
+            group["lr"] = lr
+        self._last_lr = lrs
 
     def get_lr(self) -> list[float]:
         # `last_epoch` counts the updates already done, so the update about to run is number last_epoch + 1.
         # (The arguments were checked once, in __init__: nothing is validated per update.)
-        lr = _lrate(self.last_epoch + 1, self.d_model, self.warmup_steps, self.factor)
+        step = self.last_epoch + 1
+        start, end = self.cooldown_start, self.cooldown_end
+        if start is not None and step > start:
+            lr = (
+                _lrate(start, self.d_model, self.warmup_steps, self.factor)
+                * max(end + 1 - step, 0)
+                / (end + 1 - start)
+            )
+        else:
+            lr = _lrate(step, self.d_model, self.warmup_steps, self.factor)
         return [lr for _ in self.optimizer.param_groups]
 
 

@@ -92,6 +92,15 @@ class VanillaTrainingArguments(Seq2SeqTrainingArguments):
         default=1.0,
         metadata={"help": "Constant multiplier of the paper's learning-rate schedule (1.0 in the paper)."},
     )
+    lr_cooldown: float = field(
+        default=0.0,
+        metadata={
+            "help": "Fraction of the run at its end over which the learning rate falls linearly to zero (a departure "
+            "from the paper's schedule, whose decay never ends; 0 = none, the paper). The run's length is `max_steps` "
+            "or, with a time limit (train.py's `max_train_minutes`), the time: the cool-down then starts when that "
+            "fraction of the time is left, and its last update is estimated from the updates per second so far."
+        },
+    )
     max_tokens: int | None = field(
         default=4096,
         metadata={
@@ -160,6 +169,16 @@ class VanillaTrainingArguments(Seq2SeqTrainingArguments):
             )
         if not self.lr_factor > 0:
             raise ValueError(f"`lr_factor` must be positive, got {self.lr_factor!r} (the paper's schedule has 1.0).")
+        if not 0.0 <= self.lr_cooldown < 1.0:
+            raise ValueError(
+                f"`lr_cooldown` must be a fraction of the run in [0, 1), got {self.lr_cooldown!r} (0 = the paper's "
+                f"schedule, no cool-down)."
+            )
+        if self.lr_cooldown and SchedulerType(self.lr_scheduler_type) != SchedulerType.INVERSE_SQRT:
+            raise ValueError(
+                f"`lr_cooldown` belongs to the paper's schedule (`lr_scheduler_type='inverse_sqrt'`), not to "
+                f"{self.lr_scheduler_type!r}: pick that schedule's own decay instead."
+            )
         for name in ("max_tokens", "max_sentences"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
@@ -395,11 +414,19 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
                     "VanillaTransformer model, or another `lr_scheduler_type` with an explicit `learning_rate`."
                 )
             warmup = self.args.get_warmup_steps(num_training_steps)
+            # A cool-down over the last `lr_cooldown` of the steps; a TimeLimit moves it earlier when time runs out
+            # first (a timed run's `max_steps` is only a ceiling).
+            start = round((1 - self.args.lr_cooldown) * num_training_steps)
+            cooldown = (max(start, 1), num_training_steps) if self.args.lr_cooldown else (None, None)
+            if cooldown[0] is not None and cooldown[0] >= cooldown[1]:
+                cooldown = (None, None)  # a run too short for one
             self.lr_scheduler = NoamLR(
                 self.optimizer if optimizer is None else optimizer,
                 d_model=d_model,
                 warmup_steps=warmup,
                 factor=self.args.lr_factor,
+                cooldown_start=cooldown[0],
+                cooldown_end=cooldown[1],
             )
             self._noam_scheduler = self.lr_scheduler  # rebuilt by the next `train()` call, see there
             logger.info(
@@ -410,7 +437,19 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
                 peak_learning_rate(d_model, warmup, self.args.lr_factor),
                 warmup,
             )
-        return super().create_scheduler(num_training_steps, optimizer)
+            if self.args.lr_cooldown:
+                logger.info(
+                    "Learning rate cool-down (not in the paper): linear to zero over the last %g of the run "
+                    "(updates %s-%d unless a time limit comes first).",
+                    self.args.lr_cooldown,
+                    cooldown[0],
+                    num_training_steps,
+                )
+        scheduler = super().create_scheduler(num_training_steps, optimizer)
+        # Callbacks receive the handler's `lr_scheduler`, which the Trainer sets when it is built (None then) and never
+        # updates (transformers 5.23): give them the real one (TimeLimit plans the cool-down on it).
+        self.callback_handler.lr_scheduler = scheduler
+        return scheduler
 
     # ---- Loss (section 5.4) ----
 
@@ -623,6 +662,13 @@ class TimeLimit(TrainerCallback):
     Their clocks are not the same, so the main process's clock decides, and its decision is broadcast to the others
     after every update (one tiny collective, next to the all-reduce of every gradient). `clock` returns seconds;
     the default is `time.monotonic`.
+
+    With `lr_cooldown` (a fraction f of the run, VanillaTrainingArguments) and the paper's schedule, the limit also
+    plans the cool-down: once f of the time is left (and the schedule's own cool-down, planned from `max_steps`,
+    has not started), the cool-down starts at the current update and ends at the update the run is expected to
+    reach at the limit, from its updates per second so far (evaluations included, which recur). The run then
+    stops at that update or at the limit, whichever comes first. The plan is part of the schedule's state
+    (`scheduler.pt`): a resumed run keeps it.
     """
 
     def __init__(self, minutes: float, clock: Callable[[], float] = time.monotonic):
@@ -637,14 +683,36 @@ class TimeLimit(TrainerCallback):
         self.started = self.clock()
         self.elapsed = 0.0
 
-    def on_step_end(self, args, state, control, **kwargs):
+    def on_step_end(self, args, state, control, lr_scheduler=None, **kwargs):
         self.elapsed = self.clock() - self.started
-        over = torch.tensor([float(self.elapsed >= self.seconds)], device=args.device)
-        if broadcast(over, from_process=0).item():
+        step = state.global_step
+        scheduler = lr_scheduler if isinstance(lr_scheduler, NoamLR) else None
+        fraction = getattr(args, "lr_cooldown", 0.0) if scheduler is not None else 0.0
+        # Where the cool-down should end (0: not now): f of the time left, and the schedule's cool-down not started.
+        end = 0
+        late = fraction and self.elapsed > 0 and self.elapsed >= (1 - fraction) * self.seconds
+        if late and (scheduler.cooldown_start is None or step < scheduler.cooldown_start):
+            end = step + max(int((self.seconds - self.elapsed) * step / self.elapsed), 1)
+        # The main process decides for all: [time is up, cool-down end].
+        decision = broadcast(torch.tensor([int(self.elapsed >= self.seconds), end], device=args.device), 0).tolist()
+        if decision[1] and (scheduler.cooldown_end is None or decision[1] < scheduler.cooldown_end):
+            scheduler.set_cooldown(step, decision[1])
             logger.info(
-                "Time limit of %.1f minutes reached at step %d: saving and stopping.",
-                self.seconds / 60,
-                state.global_step,
+                "Learning rate cool-down (%g of the time limit left): linear from %.3g after update %d to zero after "
+                "update %d (%.2f updates/s so far).",
+                fraction,
+                scheduler.get_last_lr()[0],
+                step,
+                decision[1],
+                step / self.elapsed,
+            )
+        finished = scheduler is not None and fraction and scheduler.cooldown_end is not None
+        finished = finished and step >= scheduler.cooldown_end
+        if decision[0] or finished:
+            logger.info(
+                "%s at step %d: saving and stopping.",
+                f"Time limit of {self.seconds / 60:.1f} minutes reached" if decision[0] else "Cool-down finished",
+                step,
             )
             control.should_training_stop = True
             control.should_save = True
