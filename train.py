@@ -23,6 +23,7 @@ import argparse
 import itertools
 import json
 import logging
+import math
 import os
 import platform
 import shutil
@@ -122,6 +123,14 @@ class RunArguments:
     average_last: int = field(
         default=0, metadata={"help": "Average the last K checkpoints at the end (paper: 5 base, 20 big); 0 = off."}
     )
+    length_penalty: float | None = field(
+        default=None,
+        metadata={
+            "help": "Length penalty alpha of the model's beam search (its generation config: validation BLEU during "
+            "training, test BLEU, and what users of the saved model get). None keeps section 6.1's 0.6, which the "
+            "paper chose on its development set; a preset may set another chosen the same way (on validation data)."
+        },
+    )
     test_batch_size: int = field(default=64, metadata={"help": "Sentences per batch for the final test translation."})
     plots: bool = field(default=True, metadata={"help": "Write PNG plots of loss, learning rate and BLEU."})
     max_train_minutes: float | None = field(
@@ -186,6 +195,8 @@ def parse_args(argv: list[str] | None = None):
             f"--resume_from_checkpoint true, but --output_dir {training_args.output_dir!r} holds no checkpoint-<step> "
             f"directory to resume from: check --output_dir, or start without --resume_from_checkpoint."
         )
+    if run_args.length_penalty is not None and not math.isfinite(run_args.length_penalty):
+        raise ValueError(f"--length_penalty must be a finite number, got {run_args.length_penalty!r}.")
     if model_args.preset not in PRESETS:
         raise ValueError(f"--preset {model_args.preset!r} does not exist: choose one of {sorted(PRESETS)}.")
     if training_args.max_tokens is not None and data_args.max_length > training_args.max_tokens:
@@ -404,6 +415,9 @@ def main(argv: list[str] | None = None) -> dict:
     else:
         model = VanillaTransformerForConditionalGeneration(build_config(model_args, tokenizer))
     check_tokenizer_fits_model(tokenizer, model.config)
+    if run_args.length_penalty is not None:
+        # Set before training: the checkpoints (hence the averaged model) and the evaluations use it too.
+        model.generation_config.length_penalty = run_args.length_penalty
     logger.info(
         "Model: %s preset, %s parameters, %s",
         model_args.preset,

@@ -173,6 +173,13 @@ def test_usage_training_and_results_sections():
     assert [c.strip() for c in cells] == ["test_2016_flickr", "35.21", f"`{SIGNATURE.replace('|', chr(92) + '|')}`"]
 
 
+def test_ctranslate2_section_states_the_models_own_decoding():
+    text = render_model_card(tiny_config(), RESULTS, REPO).content
+    assert "decoding settings\nof its generation config (beam 4, length penalty 0.6," in text
+    chosen = {**RESULTS, "decoding": {"num_beams": 4, "length_penalty": 1.0}}
+    assert "(beam 4, length penalty 1.0," in render_model_card(tiny_config(), chosen, REPO).content
+
+
 def test_lowercased_bleu_row_and_validation_curve():
     lower = {"score": 37.04, "signature": SIGNATURE.replace("case:mixed", "case:lc")}
     results = {**RESULTS, "bleu": {"test": {**RESULTS["bleu"]["test"], "lowercase": lower}}, "plots": ["bleu.png"]}

@@ -87,6 +87,8 @@ def test_short_training_run_lowers_validation_loss_and_writes_a_loadable_model(d
             "loss",
             "--test_batch_size",
             "10",
+            "--length_penalty",
+            "1.0",
         )
     )
     evals = [h for h in json.loads((out / "trainer_state.json").read_text())["log_history"] if "eval_loss" in h]
@@ -100,6 +102,10 @@ def test_short_training_run_lowers_validation_loss_and_writes_a_loadable_model(d
     model = VanillaTransformerForConditionalGeneration.from_pretrained(out)
     assert model.config.vocab_size == results["tokenizer"]["vocab_size"]
     assert (out / "tokenizer.json").is_file() and (out / "generation_config.json").is_file()
+    # --length_penalty is the saved decoding (section 6.1's beam 4 otherwise), of the average too, and was the test's.
+    assert (model.generation_config.num_beams, model.generation_config.length_penalty) == (4, 1.0)
+    averaged_model = VanillaTransformerForConditionalGeneration.from_pretrained(out / "averaged")
+    assert averaged_model.generation_config.length_penalty == 1.0
     assert results["bleu"]["test"]["sentences"] == 20 and "tok:13a" in results["bleu"]["test"]["signature"]
     lower = results["bleu"]["test"]["lowercase"]
     assert "case:lc" in lower["signature"] and lower["score"] >= results["bleu"]["test"]["score"] - 1e-9
@@ -116,6 +122,7 @@ def test_short_training_run_lowers_validation_loss_and_writes_a_loadable_model(d
         averaged["checkpoint_averaging"]["num_checkpoints"] == 2 and (out / "averaged" / "model.safetensors").is_file()
     )
     assert averaged["checkpoint_averaging"]["checkpoints"] == ["checkpoint-80", "checkpoint-120"]
+    assert results["decoding"]["length_penalty"] == 1.0 and averaged["decoding"]["length_penalty"] == 1.0
     assert (
         results["averaged_model"]["bleu_test"] == averaged["bleu"]["test"] and results["checkpoint_averaging"] is None
     )
@@ -146,6 +153,7 @@ def test_short_training_run_lowers_validation_loss_and_writes_a_loadable_model(d
         (["--max_length", "5000"], "max_tokens"),
         (["--resume_from_checkpoint", "/nonexistent/checkpoint-7"], "resume_from_checkpoint"),
         (["--resume_from_checkpoint", "true"], "holds no checkpoint"),
+        (["--length_penalty", "nan"], "length_penalty"),
     ],
 )
 def test_bad_arguments_fail_before_training(data_dir, tmp_path, change, match):

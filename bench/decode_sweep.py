@@ -1,0 +1,85 @@
+"""Beam size and length penalty of a trained model, chosen on the validation split (as the paper chose its beam 4
+and alpha 0.6, section 6.1: "chosen after experimentation on the development set").
+
+Translates the whole validation split once per (beam, length penalty) pair with the final model of `RUN_DIR` (or
+the average of its last `--average` checkpoints) and prints cased and lowercased sacreBLEU and the mean output
+length for each. The test split is refused: it is scored once, with the settings chosen here.
+
+    python bench/decode_sweep.py runs/multi30k_en_de_small --beams 4 6 --length-penalties 0.6 1.0 1.5
+
+The package's length penalty is transformers' (score / length ** alpha, fairseq's `--lenpen`), not GNMT's; see
+the README's "Known departures".
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from _data import MULTI30K, read_lines
+from machine_peak import cpu_flags
+from transformers import AutoTokenizer
+
+from vanilla_transformer import VanillaTransformerForConditionalGeneration
+from vanilla_transformer.averaging import average_checkpoints, complete_checkpoints
+from vanilla_transformer.metrics import compute_bleu_with_lowercase
+from vanilla_transformer.translate import translate
+
+
+def load(run_dir: Path, average: int, tmp: str):
+    if not average:
+        return VanillaTransformerForConditionalGeneration.from_pretrained(run_dir), "final model"
+    checkpoints = complete_checkpoints(run_dir)[-average:]
+    if len(checkpoints) < 2:
+        raise SystemExit(f"{run_dir} has {len(checkpoints)} complete checkpoint(s): nothing to average.")
+    averaged = average_checkpoints(checkpoints, tmp)
+    return VanillaTransformerForConditionalGeneration.from_pretrained(averaged), f"average of {len(checkpoints)}"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("run_dir", type=Path)
+    parser.add_argument("--beams", type=int, nargs="+", default=[4])
+    parser.add_argument("--length-penalties", type=float, nargs="+", default=[0.6, 1.0])
+    parser.add_argument("--average", type=int, default=0, help="Average the last K checkpoints (0: the final model).")
+    parser.add_argument("--data-dir", type=Path, default=MULTI30K)
+    parser.add_argument("--split", default="val", help="Never the test split.")
+    args = parser.parse_args(argv)
+    if args.split.startswith("test"):
+        parser.error("decoding settings are chosen on validation data; the test split is scored once, by train.py.")
+    if any(beam < 1 for beam in args.beams):
+        parser.error(f"--beams must be >= 1, got {args.beams}.")
+
+    torch.set_num_threads(2)
+    results = json.loads((args.run_dir / "results.json").read_text())
+    src, tgt = results["src_lang"], results["tgt_lang"]
+    sources = read_lines(args.data_dir / f"{args.split}.{src}.gz")
+    targets = read_lines(args.data_dir / f"{args.split}.{tgt}.gz")
+    tokenizer = AutoTokenizer.from_pretrained(args.run_dir)
+    flags = cpu_flags()
+    print(f"# {args.run_dir} on {args.split} ({len(sources)} pairs), CPU: {flags['torch capability']}")
+    print("| model | beam | length penalty | BLEU | lowercased | mean length (words) | seconds |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    with tempfile.TemporaryDirectory() as tmp:
+        model, name = load(args.run_dir, args.average, tmp)
+        for beam in args.beams:
+            for alpha in args.length_penalties:
+                started = time.perf_counter()
+                hypotheses = translate(model, tokenizer, sources, batch_size=64, num_beams=beam, length_penalty=alpha)
+                bleu = compute_bleu_with_lowercase(hypotheses, targets)
+                length = sum(len(h.split()) for h in hypotheses) / len(hypotheses)
+                print(
+                    f"| {name} | {beam} | {alpha:g} | {bleu['score']:.2f} | {bleu['lowercase']['score']:.2f} | "
+                    f"{length:.2f} | {time.perf_counter() - started:.0f} |",
+                    flush=True,
+                )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
