@@ -10,7 +10,9 @@ Trainer lacks; `VanillaTransformerTrainer` changes only what the recipe needs:
 - learning rate (section 5.3, eq. 3): `schedule.NoamLR`, warm-up 4000 updates, peak
   `lr_factor * (d_model * warmup_steps)^-0.5` with `d_model` read from the model config. It is used when
   `lr_scheduler_type="inverse_sqrt"` (the default here; `learning_rate` is then ignored); any other
-  `lr_scheduler_type` gets the stock Trainer scheduler driven by `learning_rate`;
+  `lr_scheduler_type` gets the stock Trainer scheduler driven by `learning_rate`. Not in the paper, off by
+  default: `lr_cooldown`, a linear decay to zero over the last fraction of the run (planned by `TimeLimit` in a
+  timed run);
 - loss (section 5.4): label-smoothed cross-entropy, epsilon 0.1, computed by the model (`epsilon_ls`, float32,
   see `label_smoothed_cross_entropy`; so that `torch_compile` compiles it with the forward), pad positions
   (label -100) excluded, normalized by the number of target tokens of the whole optimizer step. The Trainer counts them across gradient-accumulation micro-batches (and, with
