@@ -552,10 +552,12 @@ def test_time_limit_stops_saves_and_evaluates_at_the_step_it_is_reached(tmp_path
 
 
 def test_time_limit_plans_the_cooldown_from_the_updates_per_second(tmp_path, tokenizer, corpus):
-    """10 minutes, lr_cooldown 0.3: after update 7 (420 s, 60 s an update so far) the cool-down is planned to end at
-    update 7 + 180 s * 7 / 420 s = 10, earlier than the one planned from max_steps (35-50). Updates then get
-    faster (20 s), so the run stops when the cool-down ends (update 10, 540 s), before the limit."""
-    readings = iter([0, 60, 120, 180, 240, 300, 360, 420, 440, 460, 480, 500, 520])
+    """10 minutes, lr_cooldown 0.3. The first update is slow (start-up: 150 s), then 30 s each. The speed is
+    measured from 240 s (update 4, 0.6 of the limit) to 420 s (update 10, 0.7: the cool-down starts): 6 updates in
+    180 s, so the cool-down is planned to end at update 10 + 180 s / 30 s = 16, earlier than the one planned from
+    max_steps (35-50); the average since the start (10 in 420 s) would say 14. Updates then get faster (10 s), so
+    the run stops when the cool-down ends (update 16, 480 s), before the limit."""
+    readings = iter([0, 150, 180, 210, 240, 270, 300, 330, 360, 390, 420, *range(430, 600, 10)])
     limit = TimeLimit(10, clock=lambda: next(readings))
     trainer = make_trainer(
         tmp_path,
@@ -570,14 +572,14 @@ def test_time_limit_plans_the_cooldown_from_the_updates_per_second(tmp_path, tok
         save_steps=1000,
     )
     trainer.train()
-    assert trainer.state.global_step == 10
-    assert sorted(os.listdir(tmp_path)) == ["checkpoint-10"]
-    used = [train_logs(trainer)[step]["learning_rate"] for step in range(1, 11)]
-    assert used[:7] == pytest.approx([noam_learning_rate(step, 32, 3) for step in range(1, 8)], rel=1e-12)
-    assert used[7:] == pytest.approx([noam_learning_rate(7, 32, 3) * k / 4 for k in (3, 2, 1)], rel=1e-12)
+    assert trainer.state.global_step == 16
+    assert sorted(os.listdir(tmp_path)) == ["checkpoint-16"]
+    used = [train_logs(trainer)[step]["learning_rate"] for step in range(1, 17)]
+    assert used[:10] == pytest.approx([noam_learning_rate(step, 32, 3) for step in range(1, 11)], rel=1e-12)
+    assert used[10:] == pytest.approx([noam_learning_rate(10, 32, 3) * k / 7 for k in range(6, 0, -1)], rel=1e-12)
     # The plan is part of the schedule's saved state, so a resumed run keeps it.
-    saved = torch.load(tmp_path / "checkpoint-10" / "scheduler.pt", weights_only=True)
-    assert (saved["cooldown_start"], saved["cooldown_end"]) == (7, 10)
+    saved = torch.load(tmp_path / "checkpoint-16" / "scheduler.pt", weights_only=True)
+    assert (saved["cooldown_start"], saved["cooldown_end"]) == (10, 16)
 
 
 def test_progress_bar_of_a_timed_run_counts_the_time_limit(tmp_path, tokenizer, corpus, capsys):

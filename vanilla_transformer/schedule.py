@@ -24,7 +24,7 @@ its peak, where the weights keep jumping around a minimum they never settle into
 section 6.1, partly makes up for). With a cool-down, the learning rate holds its value at update `start` and
 then falls linearly to zero at update `end + 1`, so the last update (`end`) runs with `lrate(start) / (end + 1 -
 start)`: the "warmup-stable-decay" shape, annealed to the end of the budget. A time-limited run learns its `end`
-only during training (trainer.TimeLimit estimates it from the updates per second so far), hence a method as well
+only during training (trainer.TimeLimit estimates it from the recent updates per second), hence a method as well
 as constructor arguments.
 
 The scheduler's state is the step counter and the cool-down's two update numbers, so `state_dict` /

@@ -100,7 +100,7 @@ class VanillaTrainingArguments(Seq2SeqTrainingArguments):
             "help": "Fraction of the run at its end over which the learning rate falls linearly to zero (a departure "
             "from the paper's schedule, whose decay never ends; 0 = none, the paper). The run's length is `max_steps` "
             "or, with a time limit (train.py's `max_train_minutes`), the time: the cool-down then starts when that "
-            "fraction of the time is left, and its last update is estimated from the updates per second so far."
+            "fraction of the time is left, and its last update is estimated from the recent updates per second."
         },
     )
     max_tokens: int | None = field(
@@ -657,20 +657,21 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
 
 class TimeLimit(TrainerCallback):
     """Ends training after `minutes` of wall-clock time, saving (and, when the run evaluates, evaluating) at that
-    step. The Trainer's own limits are in steps or epochs; the paper's runs, and CPU runs here, are sized in hours.
+        step. The Trainer's own limits are in steps or epochs; the paper's runs, and CPU runs here, are sized in hours.
 
-    The processes of a data-parallel run must stop at the same step: one that stopped a step early would wait in the
-    checkpoint's collectives while the others wait in the next step's gradient all-reduce, and the run would hang.
-    Their clocks are not the same, so the main process's clock decides, and its decision is broadcast to the others
-    after every update (one tiny collective, next to the all-reduce of every gradient). `clock` returns seconds;
-    the default is `time.monotonic`.
+        The processes of a data-parallel run must stop at the same step: one that stopped a step early would wait in the
+        checkpoint's collectives while the others wait in the next step's gradient all-reduce, and the run would hang.
+        Their clocks are not the same, so the main process's clock decides, and its decision is broadcast to the others
+        after every update (one tiny collective, next to the all-reduce of every gradient). `clock` returns seconds;
+        the default is `time.monotonic`.
 
-    With `lr_cooldown` (a fraction f of the run, VanillaTrainingArguments) and the paper's schedule, the limit also
-    plans the cool-down: once f of the time is left (and the schedule's own cool-down, planned from `max_steps`,
-    has not started), the cool-down starts at the current update and ends at the update the run is expected to
-    reach at the limit, from its updates per second so far (evaluations included, which recur). The run then
-    stops at that update or at the limit, whichever comes first. The plan is part of the schedule's state
-    (`scheduler.pt`): a resumed run keeps it.
+        With `lr_cooldown` (a fraction f of the run, VanillaTrainingArguments) and the paper's schedule, the limit also
+        plans the cool-down: once f of the time is left (and the schedule's own cool-down, planned from `max_steps`,
+        has not started), the cool-down starts at the current update and ends at the update the run is expected to
+        reach at the limit, from its updates per second over the stretch of the same length just before (evaluations
+    included, which recur; the start-up excluded). The run then
+        stops at that update or at the limit, whichever comes first. The plan is part of the schedule's state
+        (`scheduler.pt`): a resumed run keeps it.
     """
 
     def __init__(self, minutes: float, clock: Callable[[], float] = time.monotonic):
@@ -680,10 +681,12 @@ class TimeLimit(TrainerCallback):
         self.clock = clock
         self.started = None
         self.elapsed = 0.0  # seconds of training, as of the last update
+        self._mark = None  # (seconds, update) when the window that measures the speed for the cool-down opened
 
     def on_train_begin(self, args, state, control, **kwargs):
         self.started = self.clock()
         self.elapsed = 0.0
+        self._mark = None
 
     def on_step_end(self, args, state, control, lr_scheduler=None, **kwargs):
         self.elapsed = self.clock() - self.started
@@ -691,22 +694,28 @@ class TimeLimit(TrainerCallback):
         scheduler = lr_scheduler if isinstance(lr_scheduler, NoamLR) else None
         fraction = getattr(args, "lr_cooldown", 0.0) if scheduler is not None else 0.0
         # Where the cool-down should end (0: not now): f of the time left, and the schedule's cool-down not started.
-        end = 0
-        late = fraction and self.elapsed > 0 and self.elapsed >= (1 - fraction) * self.seconds
+        end, rate = 0, 0.0
+        if fraction and self._mark is None and self.elapsed >= (1 - 2 * fraction) * self.seconds:
+            # The speed is measured over the stretch as long as the cool-down just before it: late enough to miss
+            # the start-up (and a resumed run's reloading), long enough to hold the evaluations that recur.
+            self._mark = (self.elapsed, step)
+        late = fraction and self.elapsed >= (1 - fraction) * self.seconds
         if late and (scheduler.cooldown_start is None or step < scheduler.cooldown_start):
-            end = step + max(int((self.seconds - self.elapsed) * step / self.elapsed), 1)
+            since, first = self._mark if self._mark[0] < self.elapsed else (0.0, 0)
+            rate = (step - first) / (self.elapsed - since) if self.elapsed > since else 0.0
+            end = step + max(int((self.seconds - self.elapsed) * rate), 1)
         # The main process decides for all: [time is up, cool-down end].
         decision = broadcast(torch.tensor([int(self.elapsed >= self.seconds), end], device=args.device), 0).tolist()
         if decision[1] and (scheduler.cooldown_end is None or decision[1] < scheduler.cooldown_end):
             scheduler.set_cooldown(step, decision[1])
             logger.info(
                 "Learning rate cool-down (%g of the time limit left): linear from %.3g after update %d to zero after "
-                "update %d (%.2f updates/s so far).",
+                "update %d (%.2f updates/s lately).",
                 fraction,
                 scheduler.get_last_lr()[0],
                 step,
                 decision[1],
-                step / self.elapsed,
+                rate,
             )
         finished = scheduler is not None and fraction and scheduler.cooldown_end is not None
         finished = finished and step >= scheduler.cooldown_end
