@@ -657,21 +657,20 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
 
 class TimeLimit(TrainerCallback):
     """Ends training after `minutes` of wall-clock time, saving (and, when the run evaluates, evaluating) at that
-        step. The Trainer's own limits are in steps or epochs; the paper's runs, and CPU runs here, are sized in hours.
+    step. The Trainer's own limits are in steps or epochs; the paper's runs, and CPU runs here, are sized in hours.
 
-        The processes of a data-parallel run must stop at the same step: one that stopped a step early would wait in the
-        checkpoint's collectives while the others wait in the next step's gradient all-reduce, and the run would hang.
-        Their clocks are not the same, so the main process's clock decides, and its decision is broadcast to the others
-        after every update (one tiny collective, next to the all-reduce of every gradient). `clock` returns seconds;
-        the default is `time.monotonic`.
+    The processes of a data-parallel run must stop at the same step: one that stopped a step early would wait in the
+    checkpoint's collectives while the others wait in the next step's gradient all-reduce, and the run would hang.
+    Their clocks are not the same, so the main process's clock decides, and its decision is broadcast to the others
+    after every update (one tiny collective, next to the all-reduce of every gradient). `clock` returns seconds;
+    the default is `time.monotonic`.
 
-        With `lr_cooldown` (a fraction f of the run, VanillaTrainingArguments) and the paper's schedule, the limit also
-        plans the cool-down: once f of the time is left (and the schedule's own cool-down, planned from `max_steps`,
-        has not started), the cool-down starts at the current update and ends at the update the run is expected to
-        reach at the limit, from its updates per second over the stretch of the same length just before (evaluations
-    included, which recur; the start-up excluded). The run then
-        stops at that update or at the limit, whichever comes first. The plan is part of the schedule's state
-        (`scheduler.pt`): a resumed run keeps it.
+    With `lr_cooldown` (a fraction f of the run, VanillaTrainingArguments) and the paper's schedule, the limit also
+    plans the cool-down: once f of the time is left (and the schedule's own cool-down, planned from `max_steps`,
+    has not started), the cool-down starts at the current update and ends at the update the run is expected to
+    reach at the limit, from its updates per second over the stretch of the same length just before (evaluations
+    included, which recur; the start-up excluded). The run then stops at that update or at the limit, whichever
+    comes first. The plan is part of the schedule's state (`scheduler.pt`): a resumed run keeps it.
     """
 
     def __init__(self, minutes: float, clock: Callable[[], float] = time.monotonic):
