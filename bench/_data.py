@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import itertools
+import json
 from pathlib import Path
 
 
@@ -38,3 +39,17 @@ def make_batches(tokenizer, source: list[str], target: list[str], batch_size: in
         labels = encoded["labels"].masked_fill(encoded["labels"] == tokenizer.pad_token_id, -100)
         batches.append(dict(input_ids=encoded["input_ids"], attention_mask=encoded["attention_mask"], labels=labels))
     return batches
+
+
+def read_run_split(run_dir: Path, data_dir: Path, split: str):
+    """What scoring a finished `train.py` run on a Multi30k split needs: the run's `results.json`, the split's source
+    and target lines in the run's direction, and the run's tokenizer."""
+    from transformers import AutoTokenizer
+
+    import vanilla_transformer  # noqa: F401  (registers the package's Auto classes: no remote-code prompt)
+
+    results = json.loads((run_dir / "results.json").read_text())
+    src, tgt = results["src_lang"], results["tgt_lang"]
+    sources = read_lines(data_dir / f"{split}.{src}.gz")
+    targets = read_lines(data_dir / f"{split}.{tgt}.gz")
+    return results, sources, targets, AutoTokenizer.from_pretrained(run_dir)

@@ -14,16 +14,14 @@ the README's "Known departures".
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 import torch
-from _data import MULTI30K, read_lines
+from _data import MULTI30K, read_run_split
 from machine_peak import cpu_flags
-from transformers import AutoTokenizer
 
 from vanilla_transformer import VanillaTransformerForConditionalGeneration
 from vanilla_transformer.averaging import average_checkpoints, complete_checkpoints
@@ -56,11 +54,7 @@ def main(argv=None) -> int:
         parser.error(f"--beams must be >= 1, got {args.beams}.")
 
     torch.set_num_threads(2)
-    results = json.loads((args.run_dir / "results.json").read_text())
-    src, tgt = results["src_lang"], results["tgt_lang"]
-    sources = read_lines(args.data_dir / f"{args.split}.{src}.gz")
-    targets = read_lines(args.data_dir / f"{args.split}.{tgt}.gz")
-    tokenizer = AutoTokenizer.from_pretrained(args.run_dir)
+    results, sources, targets, tokenizer = read_run_split(args.run_dir, args.data_dir, args.split)
     flags = cpu_flags()
     print(f"# {args.run_dir} on {args.split} ({len(sources)} pairs), CPU: {flags['torch capability']}")
     print("| model | beam | length penalty | BLEU | lowercased | mean length (words) | seconds |")

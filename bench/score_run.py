@@ -24,9 +24,8 @@ import time
 from pathlib import Path
 
 import torch
-from _data import MULTI30K, make_batches, read_lines
+from _data import MULTI30K, make_batches, read_run_split
 from machine_peak import cpu_flags
-from transformers import AutoTokenizer
 
 from vanilla_transformer import VanillaTransformerForConditionalGeneration
 from vanilla_transformer.averaging import average_checkpoints, complete_checkpoints
@@ -85,11 +84,7 @@ def main(argv=None) -> int:
             print(markdown_row(json.loads(line)))
         return 0
     torch.set_num_threads(2)
-    results = json.loads((args.run_dir / "results.json").read_text())
-    src, tgt = results["src_lang"], results["tgt_lang"]
-    sources = read_lines(args.data_dir / f"{args.split}.{src}.gz")
-    targets = read_lines(args.data_dir / f"{args.split}.{tgt}.gz")
-    tokenizer = AutoTokenizer.from_pretrained(args.run_dir)
+    results, sources, targets, tokenizer = read_run_split(args.run_dir, args.data_dir, args.split)
 
     model = VanillaTransformerForConditionalGeneration.from_pretrained(args.run_dir)
     config = model.config
@@ -105,7 +100,7 @@ def main(argv=None) -> int:
     hp = training["hyperparameters"]
     row = {
         "run": args.run_dir.name,
-        "pair": f"{src}-{tgt}",
+        "pair": f"{results['src_lang']}-{results['tgt_lang']}",
         "note": args.note,
         "model": f"N={config.encoder_layers} d={config.d_model} h={config.encoder_attention_heads} "
         f"ff={config.encoder_ffn_dim}",
