@@ -418,10 +418,10 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
             warmup = self.args.get_warmup_steps(num_training_steps)
             # A cool-down over the last `lr_cooldown` of the steps; a TimeLimit moves it earlier when time runs out
             # first (a timed run's `max_steps` is only a ceiling).
-            start = round((1 - self.args.lr_cooldown) * num_training_steps)
-            cooldown = (max(start, 1), num_training_steps) if self.args.lr_cooldown else (None, None)
-            if cooldown[0] is not None and cooldown[0] >= cooldown[1]:
-                cooldown = (None, None)  # a run too short for one
+            start = max(round((1 - self.args.lr_cooldown) * num_training_steps), 1)
+            cooldown = (None, None)  # none asked for, or a run too short for one
+            if self.args.lr_cooldown and start < num_training_steps:
+                cooldown = (start, num_training_steps)
             self.lr_scheduler = NoamLR(
                 self.optimizer if optimizer is None else optimizer,
                 d_model=d_model,
@@ -447,11 +447,7 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
                     cooldown[0],
                     num_training_steps,
                 )
-        scheduler = super().create_scheduler(num_training_steps, optimizer)
-        # Callbacks receive the handler's `lr_scheduler`, which the Trainer sets when it is built (None then) and never
-        # updates (transformers 5.23): give them the real one (TimeLimit plans the cool-down on it).
-        self.callback_handler.lr_scheduler = scheduler
-        return scheduler
+        return super().create_scheduler(num_training_steps, optimizer)
 
     # ---- Loss (section 5.4) ----
 
