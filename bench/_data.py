@@ -53,3 +53,16 @@ def read_run_split(run_dir: Path, data_dir: Path, split: str):
     sources = read_lines(data_dir / f"{split}.{src}.gz")
     targets = read_lines(data_dir / f"{split}.{tgt}.gz")
     return results, sources, targets, AutoTokenizer.from_pretrained(run_dir)
+
+
+def load_run_average(run_dir: Path, k: int, tmp: str):
+    """The average of the last `k` complete checkpoints of a `train.py` run, written to `tmp` and loaded:
+    (model, number of checkpoints averaged), or None when the run has fewer than two."""
+    from vanilla_transformer import VanillaTransformerForConditionalGeneration
+    from vanilla_transformer.averaging import average_checkpoints, complete_checkpoints
+
+    checkpoints = complete_checkpoints(run_dir)[-k:] if k else []
+    if len(checkpoints) < 2:
+        return None
+    model = VanillaTransformerForConditionalGeneration.from_pretrained(average_checkpoints(checkpoints, tmp))
+    return model, len(checkpoints)

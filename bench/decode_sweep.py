@@ -20,11 +20,10 @@ import time
 from pathlib import Path
 
 import torch
-from _data import MULTI30K, read_run_split
+from _data import MULTI30K, load_run_average, read_run_split
 from machine_peak import cpu_flags
 
 from vanilla_transformer import VanillaTransformerForConditionalGeneration
-from vanilla_transformer.averaging import average_checkpoints, complete_checkpoints
 from vanilla_transformer.metrics import compute_bleu_with_lowercase
 from vanilla_transformer.translate import translate
 
@@ -32,11 +31,10 @@ from vanilla_transformer.translate import translate
 def load(run_dir: Path, average: int, tmp: str):
     if not average:
         return VanillaTransformerForConditionalGeneration.from_pretrained(run_dir), "final model"
-    checkpoints = complete_checkpoints(run_dir)[-average:]
-    if len(checkpoints) < 2:
-        raise SystemExit(f"{run_dir} has {len(checkpoints)} complete checkpoint(s): nothing to average.")
-    averaged = average_checkpoints(checkpoints, tmp)
-    return VanillaTransformerForConditionalGeneration.from_pretrained(averaged), f"average of {len(checkpoints)}"
+    loaded = load_run_average(run_dir, average, tmp)
+    if loaded is None:
+        raise SystemExit(f"{run_dir} has fewer than 2 complete checkpoints: nothing to average.")
+    return loaded[0], f"average of {loaded[1]}"
 
 
 def main(argv=None) -> int:

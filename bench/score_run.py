@@ -24,11 +24,10 @@ import time
 from pathlib import Path
 
 import torch
-from _data import MULTI30K, make_batches, read_run_split
+from _data import MULTI30K, load_run_average, make_batches, read_run_split
 from machine_peak import cpu_flags
 
 from vanilla_transformer import VanillaTransformerForConditionalGeneration
-from vanilla_transformer.averaging import average_checkpoints, complete_checkpoints
 from vanilla_transformer.metrics import compute_bleu_with_lowercase
 from vanilla_transformer.translate import translate
 
@@ -90,11 +89,11 @@ def main(argv=None) -> int:
     config = model.config
     final = score(model, tokenizer, sources, targets)
     averaged = None
-    checkpoints = complete_checkpoints(args.run_dir)[-args.average :] if args.average else []
-    if len(checkpoints) > 1:
-        with tempfile.TemporaryDirectory() as tmp:
-            model = VanillaTransformerForConditionalGeneration.from_pretrained(average_checkpoints(checkpoints, tmp))
-            averaged = {**score(model, tokenizer, sources, targets), "checkpoints": len(checkpoints)}
+    with tempfile.TemporaryDirectory() as tmp:
+        loaded = load_run_average(args.run_dir, args.average, tmp)
+        if loaded is not None:
+            model, count = loaded
+            averaged = {**score(model, tokenizer, sources, targets), "checkpoints": count}
 
     training = results["training"]
     hp = training["hyperparameters"]
