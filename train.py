@@ -492,6 +492,19 @@ def main(argv: list[str] | None = None) -> dict:
             trainer.model, tokenizer, raw["validation"][0]["source"], out_dir, split=data_args.validation_split
         )
         results["plots"] += [results["attention_figure"]["file"]] if results["attention_figure"] else []
+        if averaged_results is not None:
+            # The averaged model's card: the curves of the run its checkpoints come from (copied beside it, since a
+            # card only links files in its own directory) and the attention figure of its own weights.
+            averaged_dir = out_dir / "averaged"
+            own_figure = (results["attention_figure"] or {}).get("file")
+            curves = [name for name in results["plots"] if name != own_figure]
+            for name in curves:
+                shutil.copy2(out_dir / name, averaged_dir / name)
+            figure = write_attention_figure(
+                model_averaged, tokenizer, raw["validation"][0]["source"], averaged_dir, split=data_args.validation_split
+            )
+            averaged_results["plots"] = curves + ([figure["file"]] if figure else [])
+            averaged_results["attention_figure"] = figure
 
     # 7. results.json and model cards; the Hub.
     config, args = trainer.model.config, trainer.args

@@ -140,6 +140,11 @@ def test_short_training_run_lowers_validation_loss_and_writes_a_loadable_model(d
     assert results["attention_figure"]["file"] == "attention.png" and (out / "attention.png").stat().st_size > 0
     assert "attention.png" in results["plots"]
     assert "![Cross-attention of decoder layer" in card.content and "(attention.png)" in card.content
+    # The averaged model's card shows the run's curves and its own attention figure, each file beside it.
+    assert set(averaged["plots"]) == set(results["plots"]) and averaged["attention_figure"]["file"] == "attention.png"
+    assert all((out / "averaged" / name).stat().st_size > 0 for name in averaged["plots"])
+    averaged_card = ModelCard.load(out / "averaged" / "README.md").content
+    assert "(attention.png)" in averaged_card and ("(bleu.png)" in averaged_card) == ("bleu.png" in results["plots"])
     assert len((out / "test_2016_flickr.hyp.de").read_text().splitlines()) == 20
 
 
