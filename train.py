@@ -501,7 +501,11 @@ def main(argv: list[str] | None = None) -> dict:
             for name in curves:
                 shutil.copy2(out_dir / name, averaged_dir / name)
             figure = write_attention_figure(
-                model_averaged, tokenizer, raw["validation"][0]["source"], averaged_dir, split=data_args.validation_split
+                model_averaged,
+                tokenizer,
+                raw["validation"][0]["source"],
+                averaged_dir,
+                split=data_args.validation_split,
             )
             averaged_results["plots"] = curves + ([figure["file"]] if figure else [])
             averaged_results["attention_figure"] = figure
