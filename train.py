@@ -486,29 +486,21 @@ def main(argv: list[str] | None = None) -> dict:
                 }
                 results["averaged_model"] = {"path": "averaged", "num_checkpoints": len(names), "bleu_test": bleu}
     if run_args.plots:
-        results["plots"] = plot_history(trainer.state.log_history, out_dir)
-        # The model card's figure: cross-attention for the first validation sentence, a PNG pushed with the plots.
-        results["attention_figure"] = write_attention_figure(
-            trainer.model, tokenizer, raw["validation"][0]["source"], out_dir, split=data_args.validation_split
-        )
-        results["plots"] += [results["attention_figure"]["file"]] if results["attention_figure"] else []
+        curves = plot_history(trainer.state.log_history, out_dir)
+        # Each card's figure: cross-attention of its own weights for the first validation sentence, a PNG pushed with
+        # the plots. The averaged model's card shows the curves of the run its checkpoints come from, copied beside it
+        # (a card only links files in its own directory).
+        cards = [(results, trainer.model, out_dir)]
         if averaged_results is not None:
-            # The averaged model's card: the curves of the run its checkpoints come from (copied beside it, since a
-            # card only links files in its own directory) and the attention figure of its own weights.
-            averaged_dir = out_dir / "averaged"
-            own_figure = (results["attention_figure"] or {}).get("file")
-            curves = [name for name in results["plots"] if name != own_figure]
+            cards.append((averaged_results, model_averaged, out_dir / "averaged"))
             for name in curves:
-                shutil.copy2(out_dir / name, averaged_dir / name)
+                shutil.copy2(out_dir / name, out_dir / "averaged" / name)
+        for card_results, card_model, directory in cards:
             figure = write_attention_figure(
-                model_averaged,
-                tokenizer,
-                raw["validation"][0]["source"],
-                averaged_dir,
-                split=data_args.validation_split,
+                card_model, tokenizer, raw["validation"][0]["source"], directory, split=data_args.validation_split
             )
-            averaged_results["plots"] = curves + ([figure["file"]] if figure else [])
-            averaged_results["attention_figure"] = figure
+            card_results["attention_figure"] = figure
+            card_results["plots"] = curves + ([figure["file"]] if figure else [])
 
     # 7. results.json and model cards; the Hub.
     config, args = trainer.model.config, trainer.args
