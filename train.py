@@ -470,7 +470,11 @@ def main(argv: list[str] | None = None) -> dict:
     )
     averaged_results = None
     if data_args.test_split:
-        results["bleu"]["test"] = score_test_split(trainer.model, tokenizer, raw["test"], data_args, run_args, out_dir)
+        # Score the model as saved, loaded as a user loads it: after bf16 training the Trainer's model still carries
+        # accelerate's mixed-precision wrapper, which runs its forward (the decoder steps of `generate`) under bf16
+        # autocast, while the averaged model below is built afresh in float32.
+        final_model = type(trainer.model).from_pretrained(out_dir).to(trainer.model.device)
+        results["bleu"]["test"] = score_test_split(final_model, tokenizer, raw["test"], data_args, run_args, out_dir)
         # 6. The average of the last K checkpoints (section 6.1), scored on the same test split.
         if run_args.average_last:
             averaged = average_last_checkpoints(out_dir, run_args.average_last, tokenizer, trainer.model.device)
