@@ -462,6 +462,10 @@ def main(argv: list[str] | None = None) -> dict:
 
     if not trainer.is_world_process_zero():
         return {}
+    # What follows uses the final model as saved, loaded as a user loads it (float32), as the averaged model below is:
+    # after bf16 training the Trainer's model still carries accelerate's mixed-precision wrapper, which runs its
+    # forward (the decoder steps of `generate`) under bf16 autocast.
+    final_model = VanillaTransformerForConditionalGeneration.from_pretrained(out_dir).to(trainer.model.device)
 
     # 5. Results of the final model: what the run was (results.json, in the model card's schema), test BLEU, plots.
     # Each directory describes its own weights: OUTPUT_DIR the final model, OUTPUT_DIR/averaged the average.
@@ -470,10 +474,6 @@ def main(argv: list[str] | None = None) -> dict:
     )
     averaged_results = None
     if data_args.test_split:
-        # Score the model as saved, loaded as a user loads it: after bf16 training the Trainer's model still carries
-        # accelerate's mixed-precision wrapper, which runs its forward (the decoder steps of `generate`) under bf16
-        # autocast, while the averaged model below is built afresh in float32.
-        final_model = type(trainer.model).from_pretrained(out_dir).to(trainer.model.device)
         results["bleu"]["test"] = score_test_split(final_model, tokenizer, raw["test"], data_args, run_args, out_dir)
         # 6. The average of the last K checkpoints (section 6.1), scored on the same test split.
         if run_args.average_last:
@@ -494,7 +494,7 @@ def main(argv: list[str] | None = None) -> dict:
         # Each card's figure: cross-attention of its own weights for the first validation sentence, a PNG pushed with
         # the plots. The averaged model's card shows the curves of the run its checkpoints come from, copied beside it
         # (a card only links files in its own directory).
-        cards = [(results, trainer.model, out_dir)]
+        cards = [(results, final_model, out_dir)]
         if averaged_results is not None:
             cards.append((averaged_results, model_averaged, out_dir / "averaged"))
             for name in curves:

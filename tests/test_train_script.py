@@ -420,26 +420,34 @@ def test_accelerate_launch_two_processes_matches_one_process(data_dir, tmp_path)
 
 
 def test_final_model_is_scored_as_saved_after_bf16_training(data_dir, tmp_path, monkeypatch):
-    """results.json's test BLEU is that of the model a user loads (float32), for the final model as for the average:
-    after bf16 mixed-precision training the Trainer's model still carries accelerate's autocast wrapper on its
-    forward, which made the final model's test translation run in bfloat16 (0.15 BLEU off the saved model's on
-    Multi30k) while the averaged model, built afresh, ran in float32."""
-    real, seen = train.score_test_split, []
+    """results.json's test BLEU and the cards' attention figures are those of the model a user loads (float32), for
+    the final model as for the average: after bf16 mixed-precision training the Trainer's model still carries
+    accelerate's autocast wrapper on its forward, which made the final model's test translation run in bfloat16 (0.15
+    BLEU off the saved model's on Multi30k) while the averaged model, built afresh, ran in float32."""
+    seen = {"score_test_split": [], "write_attention_figure": []}
 
-    def spy(model, *args, **kwargs):
-        dtypes = set()  # of every projection's output, encoder and decoder (generate calls them by different routes)
-        hook = lambda module, inputs, output: dtypes.add(output.dtype)  # noqa: E731
-        handles = [m.register_forward_hook(hook) for m in model.modules() if isinstance(m, torch.nn.Linear)]
-        try:
-            return real(model, *args, **kwargs)
-        finally:
-            for handle in handles:
-                handle.remove()
-            seen.append(dtypes)
+    def spy(name):
+        real = getattr(train, name)
 
-    monkeypatch.setattr(train, "score_test_split", spy)
+        def wrapper(model, *args, **kwargs):
+            # The dtypes of every projection's output, encoder and decoder (generate calls them by different routes).
+            dtypes = set()
+            hook = lambda module, inputs, output: dtypes.add(output.dtype)  # noqa: E731
+            handles = [m.register_forward_hook(hook) for m in model.modules() if isinstance(m, torch.nn.Linear)]
+            try:
+                return real(model, *args, **kwargs)
+            finally:
+                for handle in handles:
+                    handle.remove()
+                seen[name].append(dtypes)
+
+        monkeypatch.setattr(train, name, wrapper)
+
+    spy("score_test_split")
+    spy("write_attention_figure")
     out = tmp_path / "run"
-    args = ["--max_steps", "4", "--bf16", "true", "--save_steps", "2", "--average_last", "2", "--plots", "false"]
+    args = ["--max_steps", "4", "--bf16", "true", "--save_steps", "2", "--average_last", "2"]
     results = train.main(_args(data_dir, out, *args, "--eval_strategy", "no", "--test_batch_size", "10"))
     assert results["training"]["precision"]["mixed_precision"] == "bf16"
-    assert seen == [{torch.float32}, {torch.float32}]  # the final model, then the average
+    # The final model, then the average.
+    assert seen == {"score_test_split": [{torch.float32}] * 2, "write_attention_figure": [{torch.float32}] * 2}
