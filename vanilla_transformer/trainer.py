@@ -21,6 +21,8 @@ Trainer lacks; `VanillaTransformerTrainer` changes only what the recipe needs:
   beside it, the plain `nll_loss` and `ppl` = exp(nll_loss) (natural log, per target token);
 - batches (section 5.1): about `max_tokens` source and target tokens per batch and process, built by
   `batching.TokenBatchSampler`, which shards itself across data-parallel processes;
+- not in the paper, off by default: `subword_split`, the sentences of each training batch re-segmented into smaller
+  subwords at random (`subword_split.py`, a reproducible variant of BPE-dropout), before the loss's token count;
 - precision: `bf16="auto"` (the presets) is bfloat16 autocast where the hardware has it natively, float32
   elsewhere (`precision.py`; the log and results.json say which and why); float32 master weights, Adam state and
   loss. In bfloat16 on a CPU the model runs the eager attention (torch's CPU SDPA is slow in bfloat16);
@@ -72,6 +74,7 @@ from .loss_vanilla_transformer import label_smoothed_cross_entropy
 from .metrics import make_compute_metrics
 from .precision import bf16_support, fast_attention_implementation
 from .schedule import NoamLR, peak_learning_rate
+from .subword_split import merge_tree, split_batch
 
 
 logger = logging.getLogger(__name__)
@@ -113,6 +116,15 @@ class VanillaTrainingArguments(Seq2SeqTrainingArguments):
     )
     max_sentences: int | None = field(
         default=None, metadata={"help": "Optional cap on the number of sentences in a token-based batch."}
+    )
+    subword_split: float = field(
+        default=0.0,
+        metadata={
+            "help": "Probability of undoing each BPE merge of a training sentence's tokens, source and target, drawn "
+            "anew for every batch (subword_split.py: a seeded variant of BPE-dropout, Provilkov et al. 2020; not in "
+            "the paper). Split sentences are longer, which `max_tokens` does not count: it budgets the deterministic "
+            "encoding. 0 = off (the paper)."
+        },
     )
     pad_to_multiple_of: int | None = field(
         default=None,
@@ -190,6 +202,11 @@ class VanillaTrainingArguments(Seq2SeqTrainingArguments):
                 f"`label_smoothing_factor`={self.label_smoothing_factor!r} selects the Trainer's own label smoother, "
                 f"which this trainer replaces: set `label_smoothing` instead and leave `label_smoothing_factor` at 0."
             )
+        if not 0.0 <= self.subword_split < 1.0:
+            raise ValueError(
+                f"`subword_split` must be a probability in [0, 1), got {self.subword_split!r} (0 = off; BPE-dropout's "
+                f"paper uses 0.1)."
+            )
         value = self.pad_to_multiple_of
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
             raise ValueError(f"`pad_to_multiple_of` must be a positive integer or None, got {value!r} (e.g. 8).")
@@ -261,6 +278,12 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
                 f"`predict_with_generate=True`), or set `metric_for_best_model='loss'`."
             )
         self._use_fast_attention()
+        if self.args.subword_split and getattr(self.processing_class, "pad_token_id", None) is None:
+            raise ValueError(
+                "`subword_split` undoes the tokenizer's BPE merges, but the trainer has no tokenizer (with a pad "
+                "token): pass `processing_class=tokenizer`."
+            )
+        self._merge_tree = None  # (left, right) of subword splitting, read from the tokenizer when first needed
         # Sums of (smoothed loss, NLL, target tokens) since the last log, for training and for evaluation.
         self._loss_sums = {split: torch.zeros(3, device=self.args.device) for split in ("train", "eval")}
         self._eval_sentence_sums = None  # the current evaluation batch's sums, one row per sentence
@@ -648,6 +671,41 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
             process_index=0,
             put_on_device=self.accelerator.device_placement,
             non_blocking=self.accelerator.non_blocking,
+        )
+
+    # ---- Subword splitting (not in the paper; `subword_split`) ----
+
+    def get_batch_samples(self, epoch_iterator, num_batches: int, device: torch.device):
+        """The Trainer's micro-batches of one update; with `subword_split` > 0, their sentences split into smaller
+        subwords (subword_split.py) before the target tokens that normalise the loss are counted."""
+        if not self.args.subword_split:
+            return super().get_batch_samples(epoch_iterator, num_batches, device)
+        batches = []
+        for micro_batch in range(num_batches):
+            try:
+                batch = next(epoch_iterator)
+            except StopIteration:
+                break
+            batches.append(self._split_subwords(batch, micro_batch))
+        return batches, self._get_num_items_in_batch(batches, device)
+
+    def _split_subwords(self, batch: dict, micro_batch: int) -> dict:
+        if self._merge_tree is None:
+            self._merge_tree = merge_tree(self.processing_class)
+        # Seeded by the update's position, not drawn from the global generator: the Trainer fetches a resumed
+        # run's first batches before it restores the random state, and accelerate's loader prefetches a batch.
+        seed = np.random.SeedSequence(
+            [self.args.seed, self.state.global_step, micro_batch, self.args.process_index]
+        ).generate_state(1)[0]
+        config = getattr(self.accelerator.unwrap_model(self.model), "config", None)
+        return split_batch(
+            batch,
+            *self._merge_tree,
+            self.args.subword_split,
+            pad_token_id=self.processing_class.pad_token_id,
+            generator=torch.Generator().manual_seed(int(seed)),
+            max_length=getattr(config, "max_position_embeddings", None),
+            pad_to_multiple_of=self.args.pad_to_multiple_of,
         )
 
 

@@ -1,0 +1,156 @@
+"""Subword splitting of training batches: a regulariser in the family of BPE-dropout. Not in the paper, off by default.
+
+BPE-dropout (Provilkov et al., ACL 2020, "BPE-Dropout: Simple and Effective Subword Regularization") encodes each
+training sentence with merges randomly skipped, so that the model also sees words spelled in smaller pieces; it
+gains most on small corpora. `tokenizers` has it (`BPE(dropout=p)`), but draws from an unseeded random generator
+(Rust's `thread_rng`): a run with it could be neither reproduced nor resumed exactly, and it needs the text of every
+batch encoded again. This module works on the token ids of the deterministic encoding instead: each token that BPE
+made by a merge is undone into the two tokens it was merged from with probability `p`, and each part in turn with
+probability `p`, down to tokens that are no merge. The text is unchanged (the parts spell the token; checked on
+Multi30k in tests/test_subword_split.py). What differs from BPE-dropout: only segmentations that refine the
+deterministic one come out, since a skipped merge is never replaced by another path through the merge table.
+
+`VanillaTransformerTrainer` applies it to each training micro-batch when `subword_split` > 0, with a generator
+seeded from (seed, update, micro-batch, process): the splits of an update are the same in a resumed run as in the
+uninterrupted one, whatever the data loader prefetched or the global random state was when the batch was fetched.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+
+import torch
+
+
+def merge_tree(tokenizer) -> tuple[torch.Tensor, torch.Tensor]:
+    """`(left, right)`: for each token id that a BPE merge made, the ids of the two tokens it was made from, -1
+    elsewhere (special tokens, byte-fallback tokens, the base alphabet). Read from a fast tokenizer's BPE model;
+    where several merges spell the same token, the first (highest-priority) one is its parts."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None:
+        raise ValueError(
+            f"Subword splitting needs a fast tokenizer with a BPE model (train_tokenizer's); got "
+            f"{type(tokenizer).__name__}, which has no `backend_tokenizer`."
+        )
+    model = json.loads(backend.to_str())["model"]
+    if model.get("type") != "BPE":
+        raise ValueError(
+            f"Subword splitting undoes BPE merges, but this tokenizer's model is {model.get('type')!r}, not 'BPE': "
+            f"train the tokenizer with vanilla_transformer.tokenization.train_tokenizer, or leave `subword_split` at 0."
+        )
+    vocab = model["vocab"]
+    prefix = model.get("continuing_subword_prefix") or ""
+    size = max(len(tokenizer), max(vocab.values()) + 1)
+    left, right = [-1] * size, [-1] * size
+    for merge in model["merges"]:
+        a, b = merge.split(" ", 1) if isinstance(merge, str) else merge  # both serialisations of tokenizers
+        token = a + (b[len(prefix) :] if prefix and b.startswith(prefix) else b)
+        i = vocab.get(token)
+        if i is not None and left[i] < 0 and a in vocab and b in vocab:
+            left[i], right[i] = vocab[a], vocab[b]
+    return torch.tensor(left), torch.tensor(right)
+
+
+def split_subwords(
+    sequences: Sequence[Sequence[int]],
+    left: torch.Tensor,
+    right: torch.Tensor,
+    p: float,
+    max_length: int | Sequence[int] | None = None,
+    generator: torch.Generator | None = None,
+) -> list[list[int]]:
+    """Each sequence with every merged token undone into its two parts with probability `p`, recursively (the parts
+    are drawn again, each with probability `p`; a token drawn and kept is final). All sequences are handled at
+    once, a few tensor operations per level of the merge tree. A sequence that would come out longer than
+    `max_length` (one limit for all, or one per sequence) is returned as it was."""
+    if not 0.0 <= p < 1.0:
+        raise ValueError(f"The splitting probability must be in [0, 1), got {p!r}.")
+    lengths = torch.tensor([len(s) for s in sequences], dtype=torch.long)
+    ids = torch.tensor([t for s in sequences for t in s], dtype=torch.long)
+    if p == 0.0 or ids.numel() == 0:
+        return [list(s) for s in sequences]
+    low, high = int(ids.min()), int(ids.max())
+    if low < 0 or high >= left.numel():
+        raise ValueError(
+            f"Token id {low if low < 0 else high} is outside the tokenizer's vocabulary of {left.numel()} ids: the "
+            f"sequences to split must be token ids from the same tokenizer, before padding (no -100)."
+        )
+    row = torch.repeat_interleave(torch.arange(len(lengths)), lengths)
+    active = left[ids] >= 0  # tokens still to be drawn: at first every merged token
+    while bool(active.any()):
+        split = active & (torch.rand(ids.shape, generator=generator) < p)
+        if not bool(split.any()):
+            break
+        counts = 1 + split.long()
+        first = torch.cumsum(counts, 0) - counts  # where each token (or its left part) lands
+        at = first[split]
+        parents = ids[split]
+        ids = ids.repeat_interleave(counts)
+        row = row.repeat_interleave(counts)
+        ids[at], ids[at + 1] = left[parents], right[parents]
+        active = torch.zeros_like(ids, dtype=torch.bool)
+        active[at], active[at + 1] = left[ids[at]] >= 0, left[ids[at + 1]] >= 0
+    pieces = ids.split(torch.bincount(row, minlength=len(lengths)).tolist())
+    limits = [max_length] * len(pieces) if max_length is None or isinstance(max_length, int) else max_length
+    return [
+        list(original) if limit is not None and len(piece) > limit else piece.tolist()
+        for original, piece, limit in zip(sequences, pieces, limits)
+    ]
+
+
+def split_batch(
+    batch: dict[str, torch.Tensor],
+    left: torch.Tensor,
+    right: torch.Tensor,
+    p: float,
+    *,
+    pad_token_id: int,
+    generator: torch.Generator | None = None,
+    max_length: int | None = None,
+    pad_to_multiple_of: int | None = None,
+) -> dict[str, torch.Tensor]:
+    """A collated training batch with every sentence, source and target (as BPE-dropout does), split by
+    `split_subwords` and padded again: `input_ids` and `attention_mask` with `pad_token_id` / 0, `labels` with -100,
+    to the longest row (a multiple of `pad_to_multiple_of` if given), on the batch's device. A sentence whose split
+    would be longer than (1 + p) times its side's longest sentence in the batch, or than `max_length`, stays whole, so
+    the padded width grows by at most a fraction p. `decoder_input_ids`, which a collator given the model builds
+    from the labels, is dropped: the model builds it again from the new labels."""
+    unknown = set(batch) - {"input_ids", "attention_mask", "labels", "decoder_input_ids"}
+    if unknown:
+        raise ValueError(
+            f"Subword splitting re-pads `input_ids`, `attention_mask` and `labels`, but the batch also holds "
+            f"{sorted(unknown)}, which it cannot rebuild: collate without them (train.py's DataCollatorForSeq2Seq)."
+        )
+    input_ids, labels = batch["input_ids"].cpu(), batch["labels"].cpu()
+    mask = batch["attention_mask"].cpu().bool() if "attention_mask" in batch else input_ids != pad_token_id
+    sources = [row[keep].tolist() for row, keep in zip(input_ids, mask)]
+    targets = [row[row != -100].tolist() for row in labels]
+    # A batch's sentences have nearly the same length (batching.TokenBatchSampler groups them): split freely, the
+    # longest of them would set the padded width (p=0.1 on Multi30k: 10% more tokens, 37% more padded cost). So a
+    # sentence whose split is longer than (1 + p) x the batch's width on its side stays whole (then: 7% more tokens,
+    # 13% more padded cost; bench/multi30k_search.md).
+    limits = []
+    for side in (sources, targets):
+        width = math.ceil(max(map(len, side), default=0) * (1 + p))
+        limits += [width if max_length is None else min(width, max_length)] * len(side)
+    split = split_subwords(sources + targets, left, right, p, max_length=limits, generator=generator)
+    rows = {"input_ids": (split[: len(sources)], pad_token_id), "labels": (split[len(sources) :], -100)}
+    out = {}
+    for name, (sequences, pad) in rows.items():
+        width = max(map(len, sequences), default=0)
+        if pad_to_multiple_of:
+            width = -(-width // pad_to_multiple_of) * pad_to_multiple_of
+        padded = torch.full((len(sequences), width), pad, dtype=batch[name].dtype)
+        for i, sequence in enumerate(sequences):
+            padded[i, : len(sequence)] = torch.tensor(sequence, dtype=padded.dtype)
+        out[name] = padded
+    lengths = torch.tensor([len(sequence) for sequence in rows["input_ids"][0]])
+    mask_dtype = batch["attention_mask"].dtype if "attention_mask" in batch else torch.long
+    out["attention_mask"] = (torch.arange(out["input_ids"].shape[1]) < lengths.unsqueeze(1)).to(mask_dtype)
+    device = batch["input_ids"].device
+    return {name: tensor.to(device) for name, tensor in out.items()}
+
+
+__all__ = ["merge_tree", "split_batch", "split_subwords"]
