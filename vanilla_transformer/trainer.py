@@ -678,16 +678,10 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
     def get_batch_samples(self, epoch_iterator, num_batches: int, device: torch.device):
         """The Trainer's micro-batches of one update; with `subword_split` > 0, their sentences split into smaller
         subwords (subword_split.py) before the target tokens that normalise the loss are counted."""
-        if not self.args.subword_split:
-            return super().get_batch_samples(epoch_iterator, num_batches, device)
-        batches = []
-        for micro_batch in range(num_batches):
-            try:
-                batch = next(epoch_iterator)
-            except StopIteration:
-                break
-            batches.append(self._split_subwords(batch, micro_batch))
-        return batches, self._get_num_items_in_batch(batches, device)
+        if self.args.subword_split:
+            # Lazy: the Trainer's loop takes its `num_batches` from the iterator, each split as it is taken.
+            epoch_iterator = (self._split_subwords(batch, i) for i, batch in enumerate(epoch_iterator))
+        return super().get_batch_samples(epoch_iterator, num_batches, device)
 
     def _split_subwords(self, batch: dict, micro_batch: int) -> dict:
         if self._merge_tree is None:
