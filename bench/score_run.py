@@ -113,6 +113,7 @@ def main(argv=None) -> int:
         "lr_factor": hp["lr_factor"],
         "lr_cooldown": hp.get("lr_cooldown", 0.0),  # runs from before the cool-down existed had none
         "label_smoothing": hp["label_smoothing"],
+        "subword_split": hp.get("subword_split", 0.0),  # runs from before the option existed had none
         "minutes": round(training["train_runtime_s"] / 60, 1),
         "updates": training["steps"],
         "epochs": training["epochs"],
