@@ -57,11 +57,14 @@ def read_run_split(run_dir: Path, data_dir: Path, split: str):
 
 def load_run_average(run_dir: Path, k: int, tmp: str):
     """The average of the last `k` complete checkpoints of a `train.py` run, written to `tmp` and loaded:
-    (model, number of checkpoints averaged), or None when the run has fewer than two."""
+    (model, number of checkpoints averaged), or None when the run has fewer than two. As `train.py` averages: only
+    checkpoints written during the run's learning-rate cool-down when it had one (`results.json`)."""
     from vanilla_transformer import VanillaTransformerForConditionalGeneration
     from vanilla_transformer.averaging import average_checkpoints, complete_checkpoints
 
-    checkpoints = complete_checkpoints(run_dir)[-k:] if k else []
+    results = json.loads((run_dir / "results.json").read_text())
+    after = (results["training"]["hyperparameters"].get("lr_cooldown_updates") or [None])[0]
+    checkpoints = complete_checkpoints(run_dir, after=after)[-k:] if k else []
     if len(checkpoints) < 2:
         return None
     model = VanillaTransformerForConditionalGeneration.from_pretrained(average_checkpoints(checkpoints, tmp))

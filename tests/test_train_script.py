@@ -268,6 +268,43 @@ def test_an_earlier_run_in_the_output_dir_is_refused_resumed_or_overwritten(data
     assert averaged["checkpoint_averaging"]["checkpoints"] == ["checkpoint-1", "checkpoint-2"]
 
 
+def test_with_a_cool_down_only_its_checkpoints_are_averaged(data_dir, tmp_path):
+    # A timed run's updates depend on the machine: the last K checkpoints of a slow machine's run reached back into
+    # its first, half-trained updates. With a cool-down, the average takes only the checkpoints written during it.
+    out = tmp_path / "run"
+    short = ["--plots", "false", "--max_train_samples", "300", "--generation_max_length", "5", "--save_steps", "1"]
+    results = train.main(
+        _args(data_dir, out, "--max_steps", "6", "--lr_cooldown", "0.5", "--average_last", "10", *short)
+    )
+    assert results["training"]["hyperparameters"]["lr_cooldown_updates"] == [3, 6]
+    assert len(list(out.glob("checkpoint-*"))) == 6  # all written, three of them in the cool-down
+    averaging = json.loads((out / "averaged" / "results.json").read_text())["checkpoint_averaging"]
+    assert averaging == {
+        "num_checkpoints": 3,
+        "checkpoints": ["checkpoint-4", "checkpoint-5", "checkpoint-6"],
+        "after": 3,
+    }
+    assert results["averaged_model"]["num_checkpoints"] == 3
+
+    # Without a cool-down: the last K, as before.
+    results = train.main(
+        _args(
+            data_dir,
+            out,
+            "--max_steps",
+            "4",
+            "--lr_cooldown",
+            "0",
+            "--average_last",
+            "3",
+            *short,
+            "--overwrite_output_dir",
+        )
+    )
+    averaging = json.loads((out / "averaged" / "results.json").read_text())["checkpoint_averaging"]
+    assert averaging["checkpoints"] == ["checkpoint-2", "checkpoint-3", "checkpoint-4"] and averaging["after"] is None
+
+
 def test_progress_bar_shows_the_time_limit(data_dir, tmp_path, capsys):
     train.main(
         _args(

@@ -55,12 +55,14 @@ def is_complete_checkpoint(checkpoint: str | Path) -> bool:
         return False
 
 
-def complete_checkpoints(run_dir: str | Path) -> list[str]:
-    """The complete `checkpoint-<step>` directories of `run_dir`, by step (oldest first)."""
+def complete_checkpoints(run_dir: str | Path, after: int | None = None) -> list[str]:
+    """The complete `checkpoint-<step>` directories of `run_dir`, by step (oldest first); with `after`, only those
+    written after update `after` (e.g. the start of a learning-rate cool-down: see `train.py`'s averaging)."""
     run = Path(run_dir)
     if not run.is_dir():
         return []
     steps = sorted((int(m.group(1)), child) for child in run.iterdir() if (m := CHECKPOINT_RE.match(child.name)))
+    steps = [(step, path) for step, path in steps if after is None or step > after]
     return [str(path) for _, path in steps if path.is_dir() and is_complete_checkpoint(path)]
 
 
