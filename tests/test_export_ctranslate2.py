@@ -212,8 +212,18 @@ def test_int8_export_loads_and_translates(trained_model, tokenizer, sentences, t
     got = translate_ctranslate2(int8, sentences)
     want = translate_ctranslate2(float32, sentences)
     assert all(got) and len(got) == len(sentences)
-    # Quantized weights move the log-probabilities a little: most translations are still the same.
-    assert sum(a == b for a, b in zip(got, want)) >= len(sentences) // 2
+    # Quantized weights move the log-probabilities a little. Not "most translations are the same": this 100-step
+    # model's translations are near ties (repetitions), and which ties int8 flips depends on the CPU's int8 kernels
+    # (1 of 16 identical on an AVX2-only CPU, most with AVX-512). So the int8 model scores the float32 model's
+    # translations, token by token, and must agree with the float32 model's scores; a wrongly exported or scaled
+    # weight is off by nats (an untrained model: ~4 nats per token).
+    sources = [[float32.tokens[i] for i in ids] for ids in float32.encode(sentences)]
+    targets = [[float32.tokens[i] for i in ids] for ids in float32.encode(want)]
+    reference = [p for result in float32.translator.score_batch(sources, targets) for p in result.log_probs]
+    quantized = [p for result in int8.translator.score_batch(sources, targets) for p in result.log_probs]
+    assert len(quantized) == len(reference) > 10 * len(sentences)
+    error = sum(abs(a - b) for a, b in zip(quantized, reference)) / len(reference)
+    assert error < 0.5, f"int8 log-probabilities differ from float32 ones by {error:.3f} nats per token on average"
 
 
 def test_translate_function_equals_translate(trained_model, tokenizer, sentences, tmp_path, caplog):
