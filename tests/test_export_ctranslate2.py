@@ -215,15 +215,17 @@ def test_int8_export_loads_and_translates(trained_model, tokenizer, sentences, t
     # Quantized weights move the log-probabilities a little. Not "most translations are the same": this 100-step
     # model's translations are near ties (repetitions), and which ties int8 flips depends on the CPU's int8 kernels
     # (1 of 16 identical on an AVX2-only CPU, most with AVX-512). So the int8 model scores the float32 model's
-    # translations, token by token, and must agree with the float32 model's scores; a wrongly exported or scaled
-    # weight is off by nats (an untrained model: ~4 nats per token).
+    # translations, token by token, and must agree with the float32 model's scores. Measured on an AVX2-only CPU:
+    # 0.17 nats per token on average; int8 exports of this model with a wrong weight are further off: the embedding
+    # x1.1 0.33, the FFN's first layers x2 0.37, one cross-attention output projection transposed 0.46 (an untrained
+    # model: 4.1).
     sources = [[float32.tokens[i] for i in ids] for ids in float32.encode(sentences)]
     targets = [[float32.tokens[i] for i in ids] for ids in float32.encode(want)]
     reference = [p for result in float32.translator.score_batch(sources, targets) for p in result.log_probs]
     quantized = [p for result in int8.translator.score_batch(sources, targets) for p in result.log_probs]
     assert len(quantized) == len(reference) > 10 * len(sentences)
     error = sum(abs(a - b) for a, b in zip(quantized, reference)) / len(reference)
-    assert error < 0.5, f"int8 log-probabilities differ from float32 ones by {error:.3f} nats per token on average"
+    assert error < 0.25, f"int8 log-probabilities differ from float32 ones by {error:.3f} nats per token on average"
 
 
 def test_translate_function_equals_translate(trained_model, tokenizer, sentences, tmp_path, caplog):
