@@ -6,7 +6,9 @@
 
 Every option is a field of the dataclasses below (`python train.py --help` lists them); `--config FILE.json`
 (or `--config=FILE.json`) sets any of them, an unknown key in it is an error, and options given on the command
-line win over the file. The run writes into
+line win over the file. The file's `cpu_float32` object, if any, holds options that replace the file's own when the
+run trains in float32 on a CPU (where `bf16: "auto"` finds no native bfloat16): the hour then holds ~3x fewer
+updates, and a short run wants other settings than a long one. The run writes into
 `--output_dir`: checkpoints, the final model with tokenizer and generation config (ready for
 `from_pretrained`), the averaged model (`averaged/`, when `--average_last K`), `results.json`, TensorBoard logs
 and PNG plots of loss, learning rate and BLEU.
@@ -154,6 +156,10 @@ class RunArguments:
 
 
 PARSER_CLASSES = (ModelArguments, DataArguments, TokenizerArguments, RunArguments, VanillaTrainingArguments)
+# A config file's key for options that replace the file's own when the run trains in float32 on a CPU (`bf16: "auto"`
+# on a CPU without native bfloat16, or bf16 off): there the hour holds ~3x fewer updates, and what is best for a short
+# run differs from what is best for a long one (the Multi30k presets; bench/multi30k_search.md).
+CPU_FLOAT32 = "cpu_float32"
 
 
 def parse_args(argv: list[str] | None = None):
@@ -176,15 +182,28 @@ def parse_args(argv: list[str] | None = None):
             available = ", ".join(sorted(p.name for p in Path(__file__).parent.joinpath("configs").glob("*.json")))
             raise ValueError(f"Preset file {config_path!r} does not exist; the presets in configs/ are: {available}.")
         defaults = json.loads(path.read_text())
+        cpu_float32 = defaults.pop(CPU_FLOAT32, None) or {}
         unknown = sorted(set(defaults) - known)
         if unknown:
             raise ValueError(f"{config_path}: unknown option(s) {unknown}; see `python train.py --help`.")
+        if not isinstance(cpu_float32, dict):
+            raise ValueError(f"{config_path}: {CPU_FLOAT32!r} must be an object of options, got {cpu_float32!r}.")
+        # Which precision the run trains in decides whether these apply, so they cannot choose it themselves.
+        unknown = sorted(set(cpu_float32) - (known - {"bf16", "fp16", "use_cpu"}))
+        if unknown:
+            raise ValueError(
+                f"{config_path}: unknown option(s) {unknown} in {CPU_FLOAT32!r}; see `python train.py --help` (the "
+                f"precision options cannot be set there)."
+            )
         parser.set_defaults(**defaults)
-    # The dataclasses, then a namespace holding --config, then what argparse did not recognise.
-    *parsed, _config_namespace, extra = parser.parse_args_into_dataclasses(args=argv, return_remaining_strings=True)
-    if extra:
-        parser.error(f"unrecognized arguments: {' '.join(extra)}")
-    model_args, data_args, tok_args, run_args, training_args = parsed
+    else:
+        cpu_float32 = {}
+    model_args, data_args, tok_args, run_args, training_args = _parse_into_dataclasses(parser, argv)
+    if cpu_float32 and _trains_in_float32_on_cpu(training_args):
+        # The file's float32 settings become the defaults in their turn: options on the command line still win.
+        parser.set_defaults(**cpu_float32)
+        model_args, data_args, tok_args, run_args, training_args = _parse_into_dataclasses(parser, argv)
+        training_args.preset_cpu_float32 = cpu_float32
     resume = training_args.resume_from_checkpoint
     if isinstance(resume, str) and resume.lower() in ("true", "false"):
         # The Trainer's convention: True = the newest checkpoint in output_dir.
@@ -209,6 +228,18 @@ def parse_args(argv: list[str] | None = None):
             f"would not fit in any batch; lower max_length or raise max_tokens."
         )
     return model_args, data_args, tok_args, run_args, training_args
+
+
+def _parse_into_dataclasses(parser, argv):
+    # The dataclasses, then a namespace holding --config, then what argparse did not recognise.
+    *parsed, _config_namespace, extra = parser.parse_args_into_dataclasses(args=argv, return_remaining_strings=True)
+    if extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    return parsed
+
+
+def _trains_in_float32_on_cpu(training_args) -> bool:
+    return training_args._training_device_type() == "cpu" and not (training_args.bf16 or training_args.fp16)
 
 
 def build_config(model_args: ModelArguments, tokenizer) -> VanillaTransformerConfig:
@@ -378,6 +409,14 @@ def main(argv: list[str] | None = None) -> dict:
     model_args, data_args, tok_args, run_args, training_args = parse_args(argv)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     transformers.logging.set_verbosity_warning()
+    if getattr(training_args, "preset_cpu_float32", None):
+        logger.info(
+            "Training in float32 on a CPU (%s): the config file's %r options apply where the command line does not "
+            "set them: %s",
+            training_args.precision_reason,
+            CPU_FLOAT32,
+            training_args.preset_cpu_float32,
+        )
     set_seed(training_args.seed)
     out_dir = Path(training_args.output_dir)
     prepare_output_dir(out_dir, run_args, training_args)
@@ -578,6 +617,9 @@ def collect_results(trainer, tokenizer, train_split, model_args, data_args, trai
                 "reason": getattr(args, "precision_reason", None),
                 "attention": config._attn_implementation,
                 "torch_compile": args.torch_compile,
+                # The config file's `cpu_float32` options, when the run trained in float32 on a CPU (command-line
+                # options won over them; the hyperparameters below are what the run used).
+                "cpu_float32_options": getattr(args, "preset_cpu_float32", None),
             },
             "final_train_loss": train_result.training_loss,
             "hyperparameters": {

@@ -115,6 +115,7 @@ def test_short_training_run_lowers_validation_loss_and_writes_a_loadable_model(d
         "reason": "float32",
         "attention": "sdpa",
         "torch_compile": False,
+        "cpu_float32_options": None,  # no config file
     }
     # Each directory's results and card describe its own weights: the final model, and the average of 2 checkpoints.
     averaged = json.loads((out / "averaged" / "results.json").read_text())
@@ -203,6 +204,64 @@ def test_unknown_key_in_config_file_is_named(tmp_path):
     for option in (["--config", str(config)], [f"--config={config}"]):
         with pytest.raises(ValueError, match="'max_step'"):
             train.parse_args([*option, "--output_dir", str(tmp_path / "run")])
+
+
+CPU_FLOAT32_OPTIONS = {"subword_split": 0.0, "dropout": 0.1}
+
+
+@pytest.mark.parametrize("native_bf16", [False, True], ids=["avx2", "avx512_bf16"])
+def test_cpu_float32_options_apply_when_the_run_trains_in_float32_on_a_cpu(tmp_path, monkeypatch, native_bf16):
+    """A config file's `cpu_float32` options replace its own when bf16 "auto" finds no native bfloat16 on the CPU, or
+    bf16 is off; not when the run trains in bfloat16, nor off the CPU. The command line wins over them too."""
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: native_bf16)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
+    config = tmp_path / "preset.json"
+    config.write_text(
+        json.dumps(
+            {"bf16": "auto", "use_cpu": True, "subword_split": 0.1, "dropout": 0.2, "cpu_float32": CPU_FLOAT32_OPTIONS}
+        )
+    )
+
+    def parse(*extra):
+        argv = ["--config", str(config), "--output_dir", str(tmp_path / "run"), "--report_to", "none", *extra]
+        model_args, _, _, _, training_args = train.parse_args(argv)
+        return training_args.subword_split, model_args.dropout, getattr(training_args, "preset_cpu_float32", None)
+
+    file_options, float32_options = (0.1, 0.2, None), (0.0, 0.1, CPU_FLOAT32_OPTIONS)
+    assert parse() == (file_options if native_bf16 else float32_options)
+    assert parse("--bf16", "false") == float32_options  # float32 asked for, on either CPU
+    assert parse("--bf16", "true") == file_options
+    assert parse("--bf16", "false", "--dropout", "0.3") == (0.0, 0.3, CPU_FLOAT32_OPTIONS)  # the command line wins
+    assert parse("--bf16", "false", "--subword_split", "0.05")[:2] == (0.05, 0.1)
+    # A GPU run in float32 (no native bfloat16 there) makes many more updates than a CPU's: the file's own options.
+    monkeypatch.setattr(train.VanillaTrainingArguments, "_training_device_type", lambda self: "cuda")
+    assert parse("--use_cpu", "false") == file_options
+
+
+def test_a_float32_cpu_run_trains_with_the_cpu_float32_options_and_records_them(data_dir, tmp_path):
+    options = {"subword_split": 0.05, "label_smoothing": 0.2}
+    config = tmp_path / "preset.json"
+    config.write_text(json.dumps({"subword_split": 0.1, "label_smoothing": 0.1, "cpu_float32": options}))
+    extra = ["--max_steps", "2", "--test_split", "", "--plots", "false", "--max_train_samples", "300"]
+    results = train.main(["--config", str(config), *_args(data_dir, tmp_path / "run", *extra, "--bf16", "false")])
+    assert results["training"]["precision"]["cpu_float32_options"] == options
+    hyperparameters = results["training"]["hyperparameters"]
+    assert (hyperparameters["subword_split"], hyperparameters["label_smoothing"]) == (0.05, 0.2)
+
+
+@pytest.mark.parametrize(
+    "options, match",
+    [
+        ({"subword_splt": 0.0}, "'subword_splt'"),
+        ({"bf16": "true"}, "'bf16'.*precision options cannot be set there"),
+        ([0.0], "must be an object"),
+    ],
+)
+def test_bad_cpu_float32_options_are_named(tmp_path, options, match):
+    config = tmp_path / "preset.json"
+    config.write_text(json.dumps({"max_steps": 7, "cpu_float32": options}))
+    with pytest.raises(ValueError, match=match):
+        train.parse_args(["--config", str(config), "--output_dir", str(tmp_path / "run")])
 
 
 def test_an_earlier_run_in_the_output_dir_is_refused_resumed_or_overwritten(data_dir, tmp_path):
