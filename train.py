@@ -176,13 +176,14 @@ def parse_args(argv: list[str] | None = None):
     preparser = argparse.ArgumentParser(add_help=False)
     preparser.add_argument("--config", default=None)
     config_path = preparser.parse_known_args(argv)[0].config
+    cpu_float32 = {}  # the config file's options for a float32 run on a CPU (CPU_FLOAT32)
     if config_path is not None:
         path = Path(config_path)
         if not path.is_file():
             available = ", ".join(sorted(p.name for p in Path(__file__).parent.joinpath("configs").glob("*.json")))
             raise ValueError(f"Preset file {config_path!r} does not exist; the presets in configs/ are: {available}.")
         defaults = json.loads(path.read_text())
-        cpu_float32 = defaults.pop(CPU_FLOAT32, None) or {}
+        cpu_float32 = defaults.pop(CPU_FLOAT32, {})
         unknown = sorted(set(defaults) - known)
         if unknown:
             raise ValueError(f"{config_path}: unknown option(s) {unknown}; see `python train.py --help`.")
@@ -196,8 +197,6 @@ def parse_args(argv: list[str] | None = None):
                 f"precision options cannot be set there)."
             )
         parser.set_defaults(**defaults)
-    else:
-        cpu_float32 = {}
     model_args, data_args, tok_args, run_args, training_args = _parse_into_dataclasses(parser, argv)
     if cpu_float32 and _trains_in_float32_on_cpu(training_args):
         # The file's float32 settings become the defaults in their turn: options on the command line still win.

@@ -255,6 +255,7 @@ def test_a_float32_cpu_run_trains_with_the_cpu_float32_options_and_records_them(
         ({"subword_splt": 0.0}, "'subword_splt'"),
         ({"bf16": "true"}, "'bf16'.*precision options cannot be set there"),
         ([0.0], "must be an object"),
+        (None, "must be an object"),
     ],
 )
 def test_bad_cpu_float32_options_are_named(tmp_path, options, match):
