@@ -196,9 +196,9 @@ def test_shipped_presets_parse(path):
         for split in ("train", "val", "test_2016_flickr"):
             for lang in (data_args.src_lang, data_args.tgt_lang):
                 assert (ROOT / data_args.dataset / f"{split}.{lang}.gz").is_file()
-        # Its float32-on-a-CPU options parse and apply on any machine (`--bf16 false` forces that case).
+        # Its float32-on-a-CPU options parse and apply on any machine (`--bf16 false --use_cpu` force that case).
         options = own["cpu_float32"]
-        parsed = train.parse_args(["--config", str(path), "--bf16", "false"])
+        parsed = train.parse_args(["--config", str(path), "--bf16", "false", "--use_cpu", "true"])
         assert parsed[-1].preset_cpu_float32 == options
         for key, value in options.items():
             assert [getattr(args, key) for args in parsed if hasattr(args, key)] == [value], key
