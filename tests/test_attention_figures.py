@@ -116,6 +116,15 @@ def test_labels_follow_the_tokens(tokenizer, weights):
     assert weights.translation == TARGET and weights.generated is False
 
 
+def test_outer_whitespace_is_not_drawn(model, tokenizer, weights):
+    # As in training and `translate`: a padded sentence is the bare one, not a lone "▁" token more on each side.
+    assert tokenizer("  " + SOURCE)["input_ids"] != tokenizer(SOURCE)["input_ids"]
+    padded = attention_weights(model, tokenizer, "  " + SOURCE + " ", " " + TARGET + "\t")
+    assert (padded.source, padded.translation) == (SOURCE, TARGET)
+    assert (padded.source_tokens, padded.target_tokens) == (weights.source_tokens, weights.target_tokens)
+    assert torch.equal(padded.cross, weights.cross) and torch.equal(padded.encoder, weights.encoder)
+
+
 def test_token_labels_keep_byte_fallback_and_spaces(tokenizer):
     ids = tokenizer("niño")["input_ids"]  # "ñ" is not in this small vocabulary: it falls back to its UTF-8 bytes
     pieces = tokenizer.convert_ids_to_tokens(ids)

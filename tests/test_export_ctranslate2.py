@@ -230,7 +230,18 @@ def test_int8_export_loads_and_translates(trained_model, tokenizer, sentences, t
 
 def test_translate_function_equals_translate(trained_model, tokenizer, sentences, tmp_path, caplog):
     long_line = " ".join(read_multi30k("test_2016_flickr.en.gz", 30)[20:30])  # far over MAX_LENGTH tokens
-    lines = ["", sentences[0], "   ", *sentences[1:5], long_line, sentences[5], ""]
+    # Outer whitespace on two lines: both engines strip it (as training does), so they still agree.
+    lines = [
+        "",
+        sentences[0],
+        "   ",
+        " " + sentences[1],
+        *sentences[2:4],
+        sentences[4] + "  ",
+        long_line,
+        sentences[5],
+        "",
+    ]
     ct2_model = exported(trained_model, tokenizer, tmp_path / "ct2")
     with caplog.at_level("WARNING"):
         got = translate_ctranslate2(ct2_model, lines, batch_size=3)

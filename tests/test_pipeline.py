@@ -111,6 +111,17 @@ def test_list_input_and_batch_sizes_match_generate_on_each_sentence(pipe, model,
         assert texts == [{"translation_text": tokenizer.decode(e, skip_special_tokens=True)} for e in expected]
 
 
+def test_outer_whitespace_is_not_part_of_the_input(pipe, model, tokenizer):
+    # As train.py (data.tokenize_corpus) and translate(): the model never saw a sentence with outer whitespace,
+    # which the tokenizer would keep (a lone "▁" token first).
+    padded = ["  " + SOURCES[0], SOURCES[1] + " \t", " " + SOURCES[2] + "\n"]
+    expected = [until_eos(generate_one(model, tokenizer, s, num_beams=1)[0]) for s in SOURCES]
+    # Guard: as they are, the padded sentences give the model other inputs and other outputs.
+    assert [until_eos(generate_one(model, tokenizer, p, num_beams=1)[0]) for p in padded] != expected
+    ids = pipe(padded, num_beams=1, batch_size=3, return_tensors=True)
+    assert [until_eos(r["translation_token_ids"]) for r in ids] == expected
+
+
 def test_tuple_and_empty_inputs(pipe):
     kwargs = dict(num_beams=1, max_new_tokens=1)
     assert pipe(tuple(SOURCES[:2]), **kwargs) == pipe(SOURCES[:2], **kwargs)

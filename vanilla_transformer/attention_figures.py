@@ -130,6 +130,10 @@ def attention_weights(
         raise ValueError(f"`target` must be a non-empty sentence or None (translate the source), got {target!r}.")
     if isinstance(num_beams, bool) or not isinstance(num_beams, int) or num_beams < 1:
         raise ValueError(f"`num_beams` must be a positive integer, got {num_beams!r}.")
+    # Without outer whitespace, as the model was trained (train.py strips every sentence) and as `translate` gives
+    # it: the tokenizer keeps spaces, and a lone "▁" the model never saw would be drawn and attended to.
+    source = source.strip()
+    target = target.strip() if target is not None else None
     limit = source_limit(model, tokenizer)
     source_ids = tokenizer(source)["input_ids"]
     if len(source_ids) > limit:

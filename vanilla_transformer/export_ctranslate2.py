@@ -521,6 +521,7 @@ def translate_ctranslate2(
     """Translate `sentences` with an exported model (a directory, or a `CTranslate2Model`): one translation per
     sentence, in input order, as `translate.translate` does with the PyTorch model.
 
+    Each sentence is translated without its outer whitespace, as `translate.translate` does (training strips it).
     Empty (or all-whitespace) sentences give empty translations without running the model; a sentence longer than
     the export takes (`source_limit` tokens, `</s>` included) is truncated to it, with a warning naming its line
     (counting from 1). Decoding: the exported generation settings (beam 4, length penalty 0.6, at most source
@@ -538,7 +539,8 @@ def translate_ctranslate2(
     if not todo:
         return results
     encoded = []
-    for i, ids in zip(todo, model.encode([sentences[i] for i in todo])):
+    # Without outer whitespace, as `translate.translate` gives sentences to the model (and train.py trained it).
+    for i, ids in zip(todo, model.encode([sentences[i].strip() for i in todo])):
         if len(ids) > limit:
             logger.warning(
                 "Line %d has %d tokens; the model takes %d: it is truncated to its first %d tokens.",

@@ -119,8 +119,10 @@ class TranslationPipeline(Pipeline):
                 "string or a list of strings."
             )
         max_length = max_input_length or input_length_limit(self.model.config, self.tokenizer)
+        # Without its outer whitespace, as the model was trained (`train.py` strips every sentence): the tokenizer
+        # keeps spaces, so " A man" would start with a lone "▁" token the model never saw.
         return self.tokenizer(
-            text,
+            text.strip(),
             truncation=bool(truncation) and max_length is not None,
             max_length=max_length,
             return_attention_mask=True,

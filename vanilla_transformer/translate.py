@@ -32,8 +32,10 @@ def translate(
     """Translate `sentences` (one string each) and return one translation per sentence, in input order.
 
     Sentences are sorted by tokenized length so that a batch holds sentences of similar length (little
-    padding); the output order is the input order. An empty (or all-whitespace) sentence gives an empty
-    translation without calling the model. A sentence longer than the model takes (`input_length_limit`, the
+    padding); the output order is the input order. Each sentence is translated without its leading and trailing
+    whitespace, as `train.py` trains on it (`data.tokenize_corpus` strips it): the tokenizer keeps spaces (" A man"
+    gets a lone `▁` token first), and a model that never saw one translates such input differently. An empty (or
+    all-whitespace) sentence gives an empty translation without calling the model. A sentence longer than the model takes (`input_length_limit`, the
     translation pipeline's rule too) is truncated to that many tokens (its last one kept `</s>`), with a warning
     naming its line (counting from 1, as in the input file): it is never dropped.
     """
@@ -45,7 +47,7 @@ def translate(
     if not todo:
         return results
     encoded = {}
-    for i, ids in zip(todo, tokenizer([sentences[i] for i in todo])["input_ids"]):
+    for i, ids in zip(todo, tokenizer([sentences[i].strip() for i in todo])["input_ids"]):
         if limit is not None and len(ids) > limit:
             logger.warning(
                 "Line %d has %d tokens; the model takes %d: it is truncated to its first %d tokens.",
