@@ -23,7 +23,9 @@ Design (the choices, and why):
   spaces are part of the tokens, so decoding is the exact inverse of encoding -- no detokenizer
   (Moses or `clean_up_tokenization`) has to guess where spaces went around punctuation and quotes
   (`„Welcome Bikers“`, `l'homme`, `3,5 m`). Words are not split on punctuation beforehand; BPE
-  learns from the data whether `.` or `“` stands alone.
+  learns from the data whether `.` or `“` stands alone. Outer whitespace is kept too (" A man" starts
+  with a lone `▁`), so the package strips each sentence before encoding it: for training
+  (`data.tokenize_corpus`) and translation (`translate`, the pipeline, the CTranslate2 engine) alike.
 - **Decoder** `Replace(▁ -> space) + ByteFallback + Fuse + Strip(1 leading space)`, the one Llama's
   tokenizer.json uses. (`decoders.Metaspace` after `Fuse` drops every space in tokenizers 0.23,
   which is why it is not used here.)
