@@ -35,9 +35,10 @@ def translate(
     padding); the output order is the input order. Each sentence is translated without its leading and trailing
     whitespace, as `train.py` trains on it (`data.tokenize_corpus` strips it): the tokenizer keeps spaces (" A man"
     gets a lone `▁` token first), and a model that never saw one translates such input differently. An empty (or
-    all-whitespace) sentence gives an empty translation without calling the model. A sentence longer than the model takes (`input_length_limit`, the
-    translation pipeline's rule too) is truncated to that many tokens (its last one kept `</s>`), with a warning
-    naming its line (counting from 1, as in the input file): it is never dropped.
+    all-whitespace) sentence gives an empty translation without calling the model. A sentence longer than the
+    model takes (`input_length_limit`, the translation pipeline's rule too) is truncated to that many tokens (its
+    last one kept `</s>`), with a warning naming its line (counting from 1, as in the input file): it is never
+    dropped.
     """
     if batch_size < 1:
         raise ValueError(f"`batch_size` must be at least 1, got {batch_size}.")
