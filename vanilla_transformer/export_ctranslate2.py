@@ -529,34 +529,22 @@ def translate_ctranslate2(
     """
     from tqdm.auto import tqdm
 
+    from .translate import encode_sources  # torch-side module: imported when used, as elsewhere here
+
     if batch_size < 1:
         raise ValueError(f"`batch_size` must be at least 1, got {batch_size}.")
     if not isinstance(model, CTranslate2Model):
         model = CTranslate2Model(model, device=device, compute_type=compute_type, intra_threads=intra_threads)
-    limit = model.settings["source_limit"]
     results = [""] * len(sentences)
-    todo = [i for i, s in enumerate(sentences) if s.strip()]
-    if not todo:
+    encoded = encode_sources(sentences, model.encode, model.settings["source_limit"])  # as `translate` does
+    if not encoded:
         return results
-    encoded = []
-    # Without outer whitespace, as `translate.translate` gives sentences to the model (and train.py trained it).
-    for i, ids in zip(todo, model.encode([sentences[i].strip() for i in todo])):
-        if len(ids) > limit:
-            logger.warning(
-                "Line %d has %d tokens; the model takes %d: it is truncated to its first %d tokens.",
-                i + 1,
-                len(ids),
-                limit,
-                limit,
-            )
-            ids = ids[: limit - 1] + ids[-1:]  # keep the closing </s>, as the tokenizer's own truncation does
-        encoded.append(ids)
-    bar = tqdm(total=len(todo), desc="translate", unit="sent", disable=not progress)
+    bar = tqdm(total=len(encoded), desc="translate", unit="sent", disable=not progress)
     out = model.generate(
-        encoded, num_beams=num_beams, max_new_tokens=max_new_tokens, batch_size=batch_size, progress=bar
+        list(encoded.values()), num_beams=num_beams, max_new_tokens=max_new_tokens, batch_size=batch_size, progress=bar
     )
     bar.close()
-    for i, text in zip(todo, model.decode(out)):
+    for i, text in zip(encoded, model.decode(out)):
         results[i] = text.strip()
     return results
 

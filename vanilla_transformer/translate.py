@@ -8,7 +8,7 @@ length penalty 0.6, maximum output length = source length + 50, section 6.1).
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from tqdm.auto import tqdm
@@ -17,6 +17,32 @@ from .pipeline_vanilla_transformer import input_length_limit
 
 
 logger = logging.getLogger(__name__)
+
+
+def encode_sources(
+    sentences: Sequence[str], encode: Callable[[list[str]], list[list[int]]], limit: int | None
+) -> dict[int, list[int]]:
+    """The token ids of each sentence that is not blank, by its index: what `translate` and the CTranslate2 engine
+    (`export_ctranslate2.translate_ctranslate2`) give the model. `encode` maps texts to ids (`</s>` appended).
+
+    Each sentence is encoded without its outer whitespace, as `train.py` trains on it (`data.tokenize_corpus`
+    strips it). One longer than `limit` tokens (None: no limit) is truncated to that many, its closing `</s>` kept,
+    with a warning naming its line (counting from 1, as in the input file).
+    """
+    todo = [i for i, s in enumerate(sentences) if s.strip()]
+    encoded = {}
+    for i, ids in zip(todo, encode([sentences[i].strip() for i in todo]) if todo else []):
+        if limit is not None and len(ids) > limit:
+            logger.warning(
+                "Line %d has %d tokens; the model takes %d: it is truncated to its first %d tokens.",
+                i + 1,
+                len(ids),
+                limit,
+                limit,
+            )
+            ids = ids[: limit - 1] + ids[-1:]  # keep the closing </s>, as the tokenizer's own truncation does
+        encoded[i] = ids
+    return encoded
 
 
 @torch.no_grad()
@@ -42,24 +68,12 @@ def translate(
     """
     if batch_size < 1:
         raise ValueError(f"`batch_size` must be at least 1, got {batch_size}.")
-    limit = input_length_limit(model.config, tokenizer)
     results = [""] * len(sentences)
-    todo = [i for i, s in enumerate(sentences) if s.strip()]
-    if not todo:
+    limit = input_length_limit(model.config, tokenizer)
+    encoded = encode_sources(sentences, lambda texts: tokenizer(texts)["input_ids"], limit)
+    if not encoded:
         return results
-    encoded = {}
-    for i, ids in zip(todo, tokenizer([sentences[i].strip() for i in todo])["input_ids"]):
-        if limit is not None and len(ids) > limit:
-            logger.warning(
-                "Line %d has %d tokens; the model takes %d: it is truncated to its first %d tokens.",
-                i + 1,
-                len(ids),
-                limit,
-                limit,
-            )
-            ids = ids[: limit - 1] + ids[-1:]  # keep the closing </s>, as the tokenizer's own truncation does
-        encoded[i] = ids
-    order = sorted(todo, key=lambda i: -len(encoded[i]))
+    order = sorted(encoded, key=lambda i: -len(encoded[i]))
     model.eval()
     bar = tqdm(total=len(order), desc="translate", unit="sent", disable=not progress)
     for start in range(0, len(order), batch_size):
