@@ -409,12 +409,16 @@ def main(argv: list[str] | None = None) -> dict:
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     transformers.logging.set_verbosity_warning()
     if getattr(training_args, "preset_cpu_float32", None):
+        # Name what the command line changed, so the log says what the run really used.
+        used = {k: getattr(a, k) for a in (model_args, data_args, tok_args, run_args, training_args) for k in vars(a)}
+        changed = {k: used[k] for k, v in training_args.preset_cpu_float32.items() if used[k] != v}
         logger.info(
             "Training in float32 on a CPU (%s): the config file's %r options apply where the command line does not "
-            "set them: %s",
+            "set them: %s%s",
             training_args.precision_reason,
             CPU_FLOAT32,
             training_args.preset_cpu_float32,
+            f"; the command line sets {changed}" if changed else "",
         )
     set_seed(training_args.seed)
     out_dir = Path(training_args.output_dir)

@@ -2,6 +2,7 @@
 
 import gzip
 import json
+import logging
 import shutil
 import subprocess
 import sys
@@ -244,15 +245,24 @@ def test_cpu_float32_options_apply_when_the_run_trains_in_float32_on_a_cpu(tmp_p
     assert parse("--use_cpu", "false") == file_options
 
 
-def test_a_float32_cpu_run_trains_with_the_cpu_float32_options_and_records_them(data_dir, tmp_path):
+@pytest.mark.parametrize("command_line", [[], ["--label_smoothing", "0.3"]], ids=["preset", "command_line_wins"])
+def test_a_float32_cpu_run_trains_with_the_cpu_float32_options_and_records_them(
+    data_dir, tmp_path, caplog, command_line
+):
     options = {"subword_split": 0.05, "label_smoothing": 0.2}
     config = tmp_path / "preset.json"
     config.write_text(json.dumps({"subword_split": 0.1, "label_smoothing": 0.1, "cpu_float32": options}))
-    extra = ["--max_steps", "2", "--test_split", "", "--plots", "false", "--max_train_samples", "300"]
-    results = train.main(["--config", str(config), *_args(data_dir, tmp_path / "run", *extra, "--bf16", "false")])
+    extra = ["--max_steps", "2", "--test_split", "", "--plots", "false", "--max_train_samples", "300", *command_line]
+    with caplog.at_level(logging.INFO, logger="train"):
+        results = train.main(["--config", str(config), *_args(data_dir, tmp_path / "run", *extra, "--bf16", "false")])
     assert results["training"]["precision"]["cpu_float32_options"] == options
     hyperparameters = results["training"]["hyperparameters"]
-    assert (hyperparameters["subword_split"], hyperparameters["label_smoothing"]) == (0.05, 0.2)
+    smoothing = 0.3 if command_line else 0.2
+    assert (hyperparameters["subword_split"], hyperparameters["label_smoothing"]) == (0.05, smoothing)
+    # The log names the options, and what the command line changed in them (what the run really used).
+    (message,) = [r.getMessage() for r in caplog.records if "'cpu_float32' options apply" in r.getMessage()]
+    assert str(options) in message
+    assert message.endswith("; the command line sets {'label_smoothing': 0.3}" if command_line else str(options))
 
 
 @pytest.mark.parametrize(
