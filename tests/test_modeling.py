@@ -12,6 +12,8 @@ import torch
 from helpers import BLOCK_PACKAGE, subprocess_env
 from safetensors import safe_open
 from safetensors.torch import save_file
+from transformers.cache_utils import EncoderDecoderCache
+from transformers.modeling_outputs import Seq2SeqLMOutput
 
 from vanilla_transformer import (
     VanillaTransformerConfig,
@@ -19,7 +21,11 @@ from vanilla_transformer import (
     VanillaTransformerModel,
     loss_vanilla_transformer,
 )
-from vanilla_transformer.modeling_vanilla_transformer import label_smoothed_cross_entropy, sinusoidal_position_encoding
+from vanilla_transformer.modeling_vanilla_transformer import (
+    CACHE_NAME,
+    label_smoothed_cross_entropy,
+    sinusoidal_position_encoding,
+)
 
 
 TINY = dict(
@@ -272,7 +278,7 @@ def test_model_loss_with_label_smoothing_and_its_plain_nll():
     expected = torch.nn.functional.cross_entropy(flat_logits, flat_labels, label_smoothing=0.1)
     torch.testing.assert_close(out.loss, expected)
     torch.testing.assert_close(out.nll_loss, torch.nn.functional.cross_entropy(flat_logits, flat_labels))
-    assert out.num_target_tokens.item() == 9 and out.past_key_values is None
+    assert out.num_target_tokens.item() == 9 and getattr(out, CACHE_NAME) is None
     with pytest.raises(ValueError, match="`epsilon_ls` must be in \\[0, 1\\), got 1.0"):
         model(input_ids=ids, attention_mask=mask, labels=labels, epsilon_ls=1.0)
 
@@ -335,12 +341,32 @@ def test_incremental_decoding_with_cache_equals_full_forward(attn):
             encoder_outputs=enc,
             attention_mask=mask,
             decoder_input_ids=target[:, t : t + 1],
-            past_key_values=past,
             use_cache=True,
+            **{CACHE_NAME: past},
         )
-        past = out.past_key_values
+        past = getattr(out, CACHE_NAME)
         steps.append(out.logits)
     assert torch.allclose(torch.cat(steps, 1), full, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["cache", "past_key_values"])
+def test_the_cache_is_taken_under_either_name_and_returned_under_the_installed_ones(name):
+    """transformers 5.24 renamed the cache `past_key_values` -> `cache` (argument and output field); the model file
+    runs as remote code under either version, so `forward` takes both names, refuses both at once, and returns the
+    cache under the installed version's name, where `generate` reads it."""
+    assert CACHE_NAME in Seq2SeqLMOutput.__dataclass_fields__
+    model = tiny_model()
+    ids, mask = padded_batch()
+    target = torch.tensor([[1, 10, 11, 12, 13], [1, 14, 15, 16, 17], [1, 18, 19, 20, 21]])
+    full = model(input_ids=ids, attention_mask=mask, decoder_input_ids=target).logits
+    first = model(input_ids=ids, attention_mask=mask, decoder_input_ids=target[:, :3], use_cache=True)
+    cache = getattr(first, CACHE_NAME)
+    assert isinstance(cache, EncoderDecoderCache) and cache.get_seq_length() == 3
+    rest = model(input_ids=ids, attention_mask=mask, decoder_input_ids=target[:, 3:], use_cache=True, **{name: cache})
+    assert getattr(rest, CACHE_NAME) is cache and cache.get_seq_length() == 5
+    assert torch.allclose(torch.cat([first.logits, rest.logits], 1), full, atol=1e-5)
+    with pytest.raises(ValueError, match="Pass the cache once"):
+        model(input_ids=ids, attention_mask=mask, decoder_input_ids=target[:, 4:], cache=cache, past_key_values=cache)
 
 
 @pytest.mark.parametrize("attn", ["eager", "sdpa"])
@@ -449,7 +475,7 @@ def test_gradient_checkpointing_gives_the_same_gradients():
     for checkpointing in (False, True):
         model = tiny_model(dropout=0.0).train()
         if checkpointing:
-            model.gradient_checkpointing_enable()
+            model.activation_checkpointing_enable()  # transformers 5.x; `gradient_checkpointing_enable` is its deprecated alias
             assert model.model.encoder.layers[0].gradient_checkpointing
         model(input_ids=ids, attention_mask=mask, labels=labels).loss.backward()
         grads.append({n: p.grad.clone() for n, p in model.named_parameters()})
@@ -496,7 +522,7 @@ def _assert_same_generation(full, continued, first_scores=()):
     for a, b in zip(full.scores, scores):
         assert torch.allclose(a, b, atol=1e-5), (a - b).abs().max()
     for part in ("self_attention_cache", "cross_attention_cache"):
-        mine, theirs = getattr(full.past_key_values, part), getattr(continued.past_key_values, part)
+        mine, theirs = (getattr(getattr(out, CACHE_NAME), part) for out in (full, continued))
         for a, b in zip(mine.layers, theirs.layers):
             assert a.keys.shape == b.keys.shape, (part, a.keys.shape, b.keys.shape)
             assert torch.allclose(a.keys, b.keys, atol=1e-5) and torch.allclose(a.values, b.values, atol=1e-5), part
@@ -517,12 +543,12 @@ def test_generate_continues_from_its_returned_cache(attn, crop, with_mask):
     kw = dict(input_ids=ids, attention_mask=mask, num_beams=1, **NO_STOP)
     full = model.generate(**kw, max_new_tokens=4)
     first = model.generate(**kw, max_new_tokens=3)
-    cache = first.past_key_values
+    cache = getattr(first, CACHE_NAME)
     if crop:
         cache.crop(-1)
     extra = {"decoder_attention_mask": torch.ones_like(first.sequences)} if with_mask else {}
     continued = model.generate(
-        **kw, max_new_tokens=1, decoder_input_ids=first.sequences, past_key_values=cache, **extra
+        **kw, max_new_tokens=1, decoder_input_ids=first.sequences, **{CACHE_NAME: cache}, **extra
     )
     _assert_same_generation(full, continued, first.scores)
 
@@ -544,10 +570,8 @@ def test_generation_from_a_prefix_with_its_cache_equals_without(attn, num_beams,
     expanded = [t.repeat_interleave(num_beams, dim=0) for t in (ids, mask, prefix)]
     fed = expanded[2][:, :-1] if crop else expanded[2]
     with torch.no_grad():
-        cache = model(
-            input_ids=expanded[0], attention_mask=expanded[1], decoder_input_ids=fed, use_cache=True
-        ).past_key_values
-    _assert_same_generation(reference, model.generate(**kw, past_key_values=cache))
+        out = model(input_ids=expanded[0], attention_mask=expanded[1], decoder_input_ids=fed, use_cache=True)
+    _assert_same_generation(reference, model.generate(**kw, **{CACHE_NAME: getattr(out, CACHE_NAME)}))
 
 
 @pytest.mark.parametrize("num_beams", [1, 4])

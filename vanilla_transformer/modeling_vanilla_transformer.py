@@ -41,6 +41,20 @@ from .loss_vanilla_transformer import label_smoothed_cross_entropy
 from .pipeline_vanilla_transformer import TranslationPipeline  # noqa: F401
 
 
+# transformers 5.24 renamed the key/value cache `past_key_values` -> `cache`: `generate` passes `cache=` to `forward`
+# and reads `outputs.cache`, gradient checkpointing clears a `cache` argument, and `create_causal_mask` takes
+# `cache`. 5.23 knows only `past_key_values`. This file runs on both (it is also remote code, loaded by whatever
+# transformers the user has): `forward` takes either name, and the cache is handed on and returned under the
+# installed version's name.
+CACHE_NAME = "cache" if "cache" in Seq2SeqModelOutput.__dataclass_fields__ else "past_key_values"
+
+
+def _one_cache(cache: Cache | None, past_key_values: Cache | None) -> Cache | None:
+    if cache is not None and past_key_values is not None:
+        raise ValueError("Pass the cache once, as `cache` (transformers >= 5.24) or as `past_key_values`, not both.")
+    return cache if cache is not None else past_key_values
+
+
 logger = logging.get_logger(__name__)
 
 
@@ -121,7 +135,7 @@ class VanillaTransformerAttention(nn.Module):
         hidden_states: torch.Tensor,
         key_value_states: torch.Tensor | None = None,
         attention_mask: torch.Tensor | None = None,
-        past_key_values: Cache | None = None,
+        cache: Cache | None = None,
         **kwargs,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         is_cross_attention = key_value_states is not None
@@ -129,27 +143,25 @@ class VanillaTransformerAttention(nn.Module):
         # [batch, q, d_model] -> [batch, heads, q, d_k]
         query = self.q_proj(hidden_states).view(batch, q_len, -1, self.head_dim).transpose(1, 2)
 
-        cache, is_updated = past_key_values, False
-        if isinstance(past_key_values, EncoderDecoderCache):
-            is_updated = is_cross_attention and past_key_values.is_updated.get(self.layer_idx, False)
-            cache = (
-                past_key_values.cross_attention_cache if is_cross_attention else past_key_values.self_attention_cache
-            )
+        layer_cache, is_updated = cache, False
+        if isinstance(cache, EncoderDecoderCache):
+            is_updated = is_cross_attention and cache.is_updated.get(self.layer_idx, False)
+            layer_cache = cache.cross_attention_cache if is_cross_attention else cache.self_attention_cache
 
         if is_updated:
             # The encoder output does not change while decoding: its keys/values are computed once per layer
             # (first step) and reused.
-            key = cache.layers[self.layer_idx].keys
-            value = cache.layers[self.layer_idx].values
+            key = layer_cache.layers[self.layer_idx].keys
+            value = layer_cache.layers[self.layer_idx].values
         else:
             source = key_value_states if is_cross_attention else hidden_states
             kv_shape = (batch, source.shape[1], -1, self.head_dim)
             key = self.k_proj(source).view(kv_shape).transpose(1, 2)
             value = self.v_proj(source).view(kv_shape).transpose(1, 2)
-            if cache is not None:
-                key, value = cache.update(key, value, self.layer_idx)
-                if is_cross_attention and isinstance(past_key_values, EncoderDecoderCache):
-                    past_key_values.is_updated[self.layer_idx] = True
+            if layer_cache is not None:
+                key, value = layer_cache.update(key, value, self.layer_idx)
+                if is_cross_attention and isinstance(cache, EncoderDecoderCache):
+                    cache.is_updated[self.layer_idx] = True
 
         attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
             self.config._attn_implementation, eager_attention_forward
@@ -246,15 +258,17 @@ class VanillaTransformerDecoderLayer(GradientCheckpointingLayer):
         attention_mask: torch.Tensor | None = None,
         encoder_hidden_states: torch.Tensor | None = None,
         encoder_attention_mask: torch.Tensor | None = None,
+        cache: Cache | None = None,
         past_key_values: Cache | None = None,
         **kwargs,
     ) -> torch.Tensor:
+        # The decoder passes the cache under the installed transformers' name (CACHE_NAME), the one its gradient
+        # checkpointing clears.
+        cache = _one_cache(cache, past_key_values)
         residual = hidden_states
         if self.normalize_before:
             hidden_states = self.self_attn_layer_norm(hidden_states)
-        hidden_states, _ = self.self_attn(
-            hidden_states, attention_mask=attention_mask, past_key_values=past_key_values, **kwargs
-        )
+        hidden_states, _ = self.self_attn(hidden_states, attention_mask=attention_mask, cache=cache, **kwargs)
         hidden_states = nn.functional.dropout(hidden_states, p=self.dropout, training=self.training)
         hidden_states = residual + hidden_states
         if not self.normalize_before:
@@ -267,7 +281,7 @@ class VanillaTransformerDecoderLayer(GradientCheckpointingLayer):
             hidden_states,
             key_value_states=encoder_hidden_states,
             attention_mask=encoder_attention_mask,
-            past_key_values=past_key_values,
+            cache=cache,
             **kwargs,
         )
         hidden_states = nn.functional.dropout(hidden_states, p=self.dropout, training=self.training)
@@ -466,20 +480,22 @@ class VanillaTransformerDecoder(VanillaTransformerStack):
         attention_mask: torch.Tensor | None = None,
         encoder_hidden_states: torch.Tensor | None = None,
         encoder_attention_mask: torch.Tensor | None = None,
-        past_key_values: Cache | None = None,
+        cache: Cache | None = None,
         inputs_embeds: torch.Tensor | None = None,
         use_cache: bool | None = None,
+        past_key_values: Cache | None = None,
         **kwargs,
     ) -> BaseModelOutputWithPastAndCrossAttentions:
+        cache = _one_cache(cache, past_key_values)
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("Pass exactly one of `decoder_input_ids` and `decoder_inputs_embeds` to the decoder.")
         if encoder_hidden_states is None:
             raise ValueError(
                 "The decoder needs `encoder_hidden_states` (or the model's `input_ids` / `encoder_outputs`)."
             )
-        if use_cache and past_key_values is None:
-            past_key_values = EncoderDecoderCache(DynamicCache(config=self.config), DynamicCache(config=self.config))
-        past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
+        if use_cache and cache is None:
+            cache = EncoderDecoderCache(DynamicCache(config=self.config), DynamicCache(config=self.config))
+        past_length = cache.get_seq_length() if cache is not None else 0
         if inputs_embeds is None:
             # Later decoding steps feed back the model's own tokens: only the first step's ids need a check.
             if past_length == 0:
@@ -501,19 +517,11 @@ class VanillaTransformerDecoder(VanillaTransformerStack):
         )
 
         hidden_states = self.embed(inputs_embeds, past_length)
-        self_attention_cache = (
-            past_key_values.self_attention_cache
-            if isinstance(past_key_values, EncoderDecoderCache)
-            else past_key_values
-        )
+        self_attention_cache = cache.self_attention_cache if isinstance(cache, EncoderDecoderCache) else cache
         # Section 3.2.3: "masking out (setting to -inf) all values in the input of the softmax which correspond to
-        # illegal connections" (position i sees positions <= i), and padding keys in both attentions.
-        causal_mask = create_causal_mask(
-            config=self.config,
-            inputs_embeds=inputs_embeds,
-            attention_mask=attention_mask,
-            past_key_values=self_attention_cache,
-        )
+        # illegal connections" (position i sees positions <= i), and padding keys in both attentions. (The cache is
+        # the fourth argument under either of its names.)
+        causal_mask = create_causal_mask(self.config, inputs_embeds, attention_mask, self_attention_cache)
         encoder_attention_mask = create_bidirectional_mask(
             config=self.config,
             inputs_embeds=inputs_embeds,
@@ -526,14 +534,12 @@ class VanillaTransformerDecoder(VanillaTransformerStack):
                 causal_mask,
                 encoder_hidden_states,  # positional, for gradient checkpointing
                 encoder_attention_mask=encoder_attention_mask,
-                past_key_values=past_key_values,
+                **{CACHE_NAME: cache},
                 **kwargs,
             )
         if self.layer_norm is not None:
             hidden_states = self.layer_norm(hidden_states)
-        return BaseModelOutputWithPastAndCrossAttentions(
-            last_hidden_state=hidden_states, past_key_values=past_key_values
-        )
+        return BaseModelOutputWithPastAndCrossAttentions(last_hidden_state=hidden_states, **{CACHE_NAME: cache})
 
 
 class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
@@ -569,16 +575,20 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
         decoder_input_ids: torch.LongTensor | None = None,
         decoder_attention_mask: torch.Tensor | None = None,
         encoder_outputs: BaseModelOutput | tuple | None = None,
-        past_key_values: Cache | None = None,
+        cache: Cache | None = None,
         inputs_embeds: torch.Tensor | None = None,
         decoder_inputs_embeds: torch.Tensor | None = None,
         use_cache: bool | None = None,
+        past_key_values: Cache | None = None,
         **kwargs,
     ) -> Seq2SeqModelOutput:
         r"""`kwargs` go to both stacks: `output_attentions` / `output_hidden_states` (collected by transformers'
         output capture; attention weights need `attn_implementation="eager"`: under sdpa transformers warns once and
         returns no weights, as for its own models), and attention-implementation arguments. `use_cache` defaults to
-        `config.use_cache` in evaluation mode and to False in training mode, where a cache is never read."""
+        `config.use_cache` in evaluation mode and to False in training mode, where a cache is never read. The cache
+        is `cache` (transformers >= 5.24's name) or `past_key_values` (5.23's), and is returned under the installed
+        version's name."""
+        cache = _one_cache(cache, past_key_values)
         if encoder_outputs is None:
             encoder_outputs = self.encoder(
                 input_ids=input_ids,
@@ -605,7 +615,7 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
             attention_mask=decoder_attention_mask,
             encoder_hidden_states=encoder_outputs.last_hidden_state,
             encoder_attention_mask=attention_mask,
-            past_key_values=past_key_values,
+            cache=cache,
             inputs_embeds=decoder_inputs_embeds,
             use_cache=use_cache,
             return_dict=True,
@@ -613,7 +623,7 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
         )
         return Seq2SeqModelOutput(
             last_hidden_state=decoder_outputs.last_hidden_state,
-            past_key_values=decoder_outputs.past_key_values,
+            **{CACHE_NAME: getattr(decoder_outputs, CACHE_NAME)},
             decoder_hidden_states=decoder_outputs.hidden_states,
             decoder_attentions=decoder_outputs.attentions,
             cross_attentions=decoder_outputs.cross_attentions,
@@ -721,13 +731,14 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         decoder_input_ids: torch.LongTensor | None = None,
         decoder_attention_mask: torch.Tensor | None = None,
         encoder_outputs: BaseModelOutput | tuple | None = None,
-        past_key_values: Cache | None = None,
+        cache: Cache | None = None,
         inputs_embeds: torch.Tensor | None = None,
         decoder_inputs_embeds: torch.Tensor | None = None,
         labels: torch.LongTensor | None = None,
         use_cache: bool | None = None,
         num_items_in_batch: int | torch.Tensor | None = None,
         epsilon_ls: float = 0.0,
+        past_key_values: Cache | None = None,
         **kwargs,
     ) -> VanillaTransformerSeq2SeqLMOutput:
         r"""`labels` [batch, target_length], padded with -100: the loss is the cross-entropy of the next token,
@@ -750,7 +761,7 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
             decoder_input_ids=decoder_input_ids,
             decoder_attention_mask=decoder_attention_mask,
             encoder_outputs=encoder_outputs,
-            past_key_values=past_key_values,
+            cache=_one_cache(cache, past_key_values),
             inputs_embeds=inputs_embeds,
             decoder_inputs_embeds=decoder_inputs_embeds,
             use_cache=use_cache,
@@ -775,7 +786,7 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
             nll_loss=nll_loss,
             num_target_tokens=num_target_tokens,
             logits=logits,
-            past_key_values=outputs.past_key_values,
+            **{CACHE_NAME: getattr(outputs, CACHE_NAME)},
             decoder_hidden_states=outputs.decoder_hidden_states,
             decoder_attentions=outputs.decoder_attentions,
             cross_attentions=outputs.cross_attentions,
@@ -793,7 +804,7 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
           it off) is added to each source's length, taken from `attention_mask`, else from the non-padding
           `input_ids`, else from the length of `inputs_embeds` / `encoder_outputs`; with learned positions, capped
           at the position table.
-        - Continuing from a returned cache: `decoder_input_ids` with `past_key_values` are read as the whole target
+        - Continuing from a returned cache: `decoder_input_ids` with `cache` (or `past_key_values`) are read as the whole target
           so far (as `generate` returns it), of which the cache holds a prefix. transformers tells that reading from
           a `decoder_attention_mask` covering the whole target; without one it would feed every target token again
           on top of the cache, so one is supplied. A cache that already holds every given token is cropped by one
@@ -816,7 +827,7 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
                 logits_processor = LogitsProcessorList([*(logits_processor or []), limit])
                 kwargs["max_new_tokens"] = int(limit.limits.max())
 
-        cache, target = kwargs.get("past_key_values"), kwargs.get("decoder_input_ids")
+        cache, target = _one_cache(kwargs.get("cache"), kwargs.get("past_key_values")), kwargs.get("decoder_input_ids")
         if cache is not None and target is not None and cache.get_seq_length() > 0:
             if cache.get_seq_length() >= target.shape[1]:
                 cache.crop(target.shape[1] - 1 - cache.get_seq_length())  # (crop takes the number to drop, negated)
