@@ -118,6 +118,9 @@ def test_short_training_run_lowers_validation_loss_and_writes_a_loadable_model(d
         "torch_compile": False,
         "cpu_float32_options": None,  # no config file
     }
+    # The machine, as the speed figures depend on it: the instruction set torch's kernels use, cores, threads.
+    hardware = results["training"]["hardware"]
+    assert f"{torch.backends.cpu.get_cpu_capability()}" in hardware and "CPU cores, torch threads" in hardware
     # Each directory's results and card describe its own weights: the final model, and the average of 2 checkpoints.
     averaged = json.loads((out / "averaged" / "results.json").read_text())
     assert (
@@ -564,3 +567,19 @@ def test_final_model_is_scored_as_saved_after_bf16_training(data_dir, tmp_path, 
     assert results["training"]["precision"]["mixed_precision"] == "bf16"
     # The final model, then the average.
     assert seen == {"score_test_split": [{torch.float32}] * 2, "write_attention_figure": [{torch.float32}] * 2}
+
+
+@pytest.mark.parametrize(
+    "units", [(), ("_is_avx512_bf16_supported",), ("_is_avx512_bf16_supported", "_is_amx_tile_supported")]
+)
+def test_the_recorded_hardware_names_the_cpus_bfloat16_units(monkeypatch, units):
+    """Two AVX512_BF16 CPUs can differ 2x in tokens per second (Zen 4 runs bfloat16 GEMMs at half another EPYC's
+    speed per core), so results.json and the card say which units the CPU has, as torch sees them."""
+    monkeypatch.setattr(train, "_cpu_flag", lambda name: name in units)
+    hardware = train.describe_hardware()
+    assert ("AVX512_BF16" in hardware) == ("_is_avx512_bf16_supported" in units)
+    assert ("AMX" in hardware) == ("_is_amx_tile_supported" in units)
+    assert torch.backends.cpu.get_cpu_capability() in hardware and hardware.endswith(
+        f"torch threads {torch.get_num_threads()}"
+        + (f", {torch.cuda.get_device_name()}" if torch.cuda.is_available() else "")
+    )

@@ -3,8 +3,9 @@
 bfloat16 is "native" where the hardware multiplies bfloat16 matrices itself:
 - a CUDA GPU that reports bfloat16 support without emulation (Ampere and later);
 - a CPU with AVX512_BF16 (e.g. AMD Zen 4, Intel Cooper Lake) or AMX tiles (Intel Sapphire Rapids and later): oneDNN's
-  bfloat16 GEMMs there run ~4-5x the float32 ones (bench/machine_peak.py measures it). Without either, torch emulates
-  bfloat16 by converting to float32, which is slower than float32 itself.
+  bfloat16 GEMMs there run ~2.3x (AMD Zen 4, which splits 512-bit instructions in two) to ~4.6x the float32 ones
+  (bench/machine_peak.py measures it). Without either, torch emulates bfloat16 by converting to float32, which is
+  slower than float32 itself.
 Used by the trainer (`bf16="auto"`), by `vanilla-transformer translate --dtype auto` and by the benchmarks.
 """
 
