@@ -44,7 +44,7 @@ from vanilla_transformer.averaging import average_checkpoints
 from vanilla_transformer.data import load_parallel_corpus, tokenize_corpus
 from vanilla_transformer.metrics import compute_bleu_with_lowercase
 from vanilla_transformer.model_card import write_attention_figure, write_model_card
-from vanilla_transformer.precision import _cpu_flag
+from vanilla_transformer.precision import cpu_bfloat16_units, cpu_model_name
 from vanilla_transformer.tokenization import check_tokenizer_fits_model, load_tokenizer, train_tokenizer
 from vanilla_transformer.trainer import (
     TimeLimit,
@@ -657,17 +657,8 @@ def describe_hardware() -> str:
     """The machine as its speed depends on it, for results.json and the card: the CPU's name, the instruction set
     torch's kernels use and its bfloat16 units (tokens per second differ ~2x between two AVX512_BF16 CPUs: Zen 4's
     bfloat16 GEMMs run half as fast per core as another EPYC's), cores and threads, and the GPU."""
-    name = None
-    try:  # Linux; elsewhere platform.processor() is the best there is
-        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
-            name = next((line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name")), None)
-    except OSError:
-        pass
-    flags = (("AVX512_BF16", "_is_avx512_bf16_supported"), ("AMX", "_is_amx_tile_supported"))
-    units = [label for label, flag in flags if _cpu_flag(flag)]
-    cpu = ", ".join([platform.machine(), torch.backends.cpu.get_cpu_capability(), *units])
-    text = f"{name or platform.processor() or 'CPU'} ({cpu}), {os.cpu_count()} CPU cores, torch threads "
-    text += str(torch.get_num_threads())
+    cpu = ", ".join([platform.machine(), torch.backends.cpu.get_cpu_capability(), *cpu_bfloat16_units()])
+    text = f"{cpu_model_name()} ({cpu}), {os.cpu_count()} CPU cores, torch threads {torch.get_num_threads()}"
     return text + (f", {torch.cuda.get_device_name()}" if torch.cuda.is_available() else "")
 
 

@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import platform
 import sys
 import time
 from pathlib import Path
@@ -37,7 +36,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from vanilla_transformer import PRESETS  # noqa: E402
-from vanilla_transformer.precision import bf16_support  # noqa: E402
+from vanilla_transformer.precision import bf16_support, cpu_model_name  # noqa: E402
 
 
 MODES = ("float32", "float32-medium", "bfloat16")
@@ -63,11 +62,9 @@ def cpu_flags() -> dict[str, object]:
         if check is not None:
             flags[name] = bool(check())
     flags["mkldnn (oneDNN)"] = torch.backends.mkldnn.is_available()
-    flags["model"] = platform.processor() or platform.machine()
+    flags["model"] = cpu_model_name()
     try:  # for the record only: the decisions above come from torch
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                flags["model"] = line.split(":", 1)[1].strip()
             if line.startswith("flags"):
                 wanted = ("avx2", "fma", "avx512", "amx", "vnni", "bf16")
                 flags["/proc/cpuinfo flags"] = " ".join(

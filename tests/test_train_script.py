@@ -575,7 +575,8 @@ def test_final_model_is_scored_as_saved_after_bf16_training(data_dir, tmp_path, 
 def test_the_recorded_hardware_names_the_cpus_bfloat16_units(monkeypatch, units):
     """Two AVX512_BF16 CPUs can differ 2x in tokens per second (Zen 4 runs bfloat16 GEMMs at half another EPYC's
     speed per core), so results.json and the card say which units the CPU has, as torch sees them."""
-    monkeypatch.setattr(train, "_cpu_flag", lambda name: name in units)
+    for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported"):
+        monkeypatch.setattr(torch.cpu, name, lambda name=name: name in units)
     hardware = train.describe_hardware()
     assert ("AVX512_BF16" in hardware) == ("_is_avx512_bf16_supported" in units)
     assert ("AMX" in hardware) == ("_is_amx_tile_supported" in units)

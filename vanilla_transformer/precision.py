@@ -11,6 +11,8 @@ Used by the trainer (`bf16="auto"`), by `vanilla-transformer translate --dtype a
 
 from __future__ import annotations
 
+import platform
+
 import torch
 
 
@@ -26,18 +28,35 @@ def bf16_support(device: str | torch.device) -> tuple[bool, str]:
             return True, f"{name} (compute capability {major}.{minor}) has native bfloat16"
         return False, f"{name} (compute capability {major}.{minor}) has no native bfloat16 (needs 8.0+)"
     if device.type == "cpu":
-        capability = torch.backends.cpu.get_cpu_capability()
-        if _cpu_flag("_is_amx_tile_supported"):
+        capability, units = torch.backends.cpu.get_cpu_capability(), cpu_bfloat16_units()
+        if "AMX" in units:
             return True, f"CPU with AMX tiles ({capability}): native bfloat16 matrix multiplication"
-        if _cpu_flag("_is_avx512_bf16_supported"):
+        if "AVX512_BF16" in units:
             return True, f"CPU with AVX512_BF16 ({capability}): native bfloat16 dot products"
         return False, f"CPU without AVX512_BF16 or AMX ({capability}): bfloat16 would be emulated, slower than float32"
     return False, f"{device.type}: bfloat16 is not known to be native there; float32"
 
 
-def _cpu_flag(name: str) -> bool:
-    check = getattr(torch.cpu, name, None)  # private torch helpers (cpuinfo); absent in some builds
-    return bool(check()) if check is not None else False
+def cpu_bfloat16_units() -> list[str]:
+    """The CPU's bfloat16 units as torch sees them: "AVX512_BF16" and / or "AMX" (tiles), or none."""
+    units = []
+    for label, name in (("AVX512_BF16", "_is_avx512_bf16_supported"), ("AMX", "_is_amx_tile_supported")):
+        check = getattr(torch.cpu, name, None)  # private torch helpers (cpuinfo); absent in some builds
+        if check is not None and check():
+            units.append(label)
+    return units
+
+
+def cpu_model_name() -> str:
+    """The CPU's marketing name (/proc/cpuinfo's "model name" on Linux), for the record: decisions come from torch."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 def resolve_dtype(name: str, device: str | torch.device) -> tuple[torch.dtype, str]:
