@@ -138,6 +138,13 @@ class RunArguments:
             "paper chose on its development set; a preset may set another chosen the same way (on validation data)."
         },
     )
+    num_beams: int | None = field(
+        default=None,
+        metadata={
+            "help": "Beam size of the model's beam search (its generation config, like --length_penalty). None keeps "
+            "section 6.1's 4; a preset may set another chosen on validation data."
+        },
+    )
     test_batch_size: int = field(default=64, metadata={"help": "Sentences per batch for the final test translation."})
     plots: bool = field(default=True, metadata={"help": "Write PNG plots of loss, learning rate and BLEU."})
     max_train_minutes: float | None = field(
@@ -220,6 +227,8 @@ def parse_args(argv: list[str] | None = None):
         )
     if run_args.length_penalty is not None and not math.isfinite(run_args.length_penalty):
         raise ValueError(f"--length_penalty must be a finite number, got {run_args.length_penalty!r}.")
+    if run_args.num_beams is not None and run_args.num_beams < 1:
+        raise ValueError(f"--num_beams must be at least 1, got {run_args.num_beams!r}.")
     if model_args.preset not in PRESETS:
         raise ValueError(f"--preset {model_args.preset!r} does not exist: choose one of {sorted(PRESETS)}.")
     if training_args.max_tokens is not None and data_args.max_length > training_args.max_tokens:
@@ -465,6 +474,8 @@ def main(argv: list[str] | None = None) -> dict:
     if run_args.length_penalty is not None:
         # Set before training: the checkpoints (hence the averaged model) and the evaluations use it too.
         model.generation_config.length_penalty = run_args.length_penalty
+    if run_args.num_beams is not None:
+        model.generation_config.num_beams = run_args.num_beams
     logger.info(
         "Model: %s preset, %s parameters, %s",
         model_args.preset,

@@ -90,6 +90,8 @@ def test_short_training_run_lowers_validation_loss_and_writes_a_loadable_model(d
             "10",
             "--length_penalty",
             "1.0",
+            "--num_beams",
+            "3",
         )
     )
     evals = [h for h in json.loads((out / "trainer_state.json").read_text())["log_history"] if "eval_loss" in h]
@@ -103,10 +105,11 @@ def test_short_training_run_lowers_validation_loss_and_writes_a_loadable_model(d
     model = VanillaTransformerForConditionalGeneration.from_pretrained(out)
     assert model.config.vocab_size == results["tokenizer"]["vocab_size"]
     assert (out / "tokenizer.json").is_file() and (out / "generation_config.json").is_file()
-    # --length_penalty is the saved decoding (section 6.1's beam 4 otherwise), of the average too, and was the test's.
-    assert (model.generation_config.num_beams, model.generation_config.length_penalty) == (4, 1.0)
+    # --num_beams and --length_penalty are the saved decoding (section 6.1's beam 4 and 0.6 otherwise), of the average
+    # too, and were the test's.
+    assert (model.generation_config.num_beams, model.generation_config.length_penalty) == (3, 1.0)
     averaged_model = VanillaTransformerForConditionalGeneration.from_pretrained(out / "averaged")
-    assert averaged_model.generation_config.length_penalty == 1.0
+    assert (averaged_model.generation_config.num_beams, averaged_model.generation_config.length_penalty) == (3, 1.0)
     assert results["bleu"]["test"]["sentences"] == 20 and "tok:13a" in results["bleu"]["test"]["signature"]
     lower = results["bleu"]["test"]["lowercase"]
     assert "case:lc" in lower["signature"] and lower["score"] >= results["bleu"]["test"]["score"] - 1e-9
@@ -128,6 +131,7 @@ def test_short_training_run_lowers_validation_loss_and_writes_a_loadable_model(d
     )
     assert averaged["checkpoint_averaging"]["checkpoints"] == ["checkpoint-80", "checkpoint-120"]
     assert results["decoding"]["length_penalty"] == 1.0 and averaged["decoding"]["length_penalty"] == 1.0
+    assert results["decoding"]["num_beams"] == 3 and averaged["decoding"]["num_beams"] == 3
     assert (
         results["averaged_model"]["bleu_test"] == averaged["bleu"]["test"] and results["checkpoint_averaging"] is None
     )
@@ -164,6 +168,7 @@ def test_short_training_run_lowers_validation_loss_and_writes_a_loadable_model(d
         (["--resume_from_checkpoint", "/nonexistent/checkpoint-7"], "resume_from_checkpoint"),
         (["--resume_from_checkpoint", "true"], "holds no checkpoint"),
         (["--length_penalty", "nan"], "length_penalty"),
+        (["--num_beams", "0"], "num_beams must be at least 1"),
     ],
 )
 def test_bad_arguments_fail_before_training(data_dir, tmp_path, change, match):
