@@ -650,6 +650,7 @@ def collect_results(trainer, tokenizer, train_split, model_args, data_args, trai
                 else None,
                 "label_smoothing": args.label_smoothing,
                 "subword_split": args.subword_split,
+                "bidirectional_steps": args.bidirectional_steps,
                 "adam_betas": [args.adam_beta1, args.adam_beta2],
                 "adam_epsilon": args.adam_epsilon,
                 "dropout": config.dropout,

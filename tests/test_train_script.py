@@ -259,7 +259,9 @@ def test_a_float32_cpu_run_trains_with_the_cpu_float32_options_and_records_them(
 ):
     options = {"subword_split": 0.05, "label_smoothing": 0.2}
     config = tmp_path / "preset.json"
-    config.write_text(json.dumps({"subword_split": 0.1, "label_smoothing": 0.1, "cpu_float32": options}))
+    config.write_text(
+        json.dumps({"subword_split": 0.1, "label_smoothing": 0.1, "bidirectional_steps": 1, "cpu_float32": options})
+    )
     extra = ["--max_steps", "2", "--test_split", "", "--plots", "false", "--max_train_samples", "300", *command_line]
     with caplog.at_level(logging.INFO, logger="train"):
         results = train.main(["--config", str(config), *_args(data_dir, tmp_path / "run", *extra, "--bf16", "false")])
@@ -267,6 +269,7 @@ def test_a_float32_cpu_run_trains_with_the_cpu_float32_options_and_records_them(
     hyperparameters = results["training"]["hyperparameters"]
     smoothing = 0.3 if command_line else 0.2
     assert (hyperparameters["subword_split"], hyperparameters["label_smoothing"]) == (0.05, smoothing)
+    assert hyperparameters["bidirectional_steps"] == 1  # a config file's training field, recorded
     # The log names the options, and what the command line changed in them (what the run really used).
     (message,) = [r.getMessage() for r in caplog.records if "'cpu_float32' options apply" in r.getMessage()]
     assert str(options) in message

@@ -110,7 +110,7 @@ def test_arguments_default_to_the_paper_and_can_be_overridden(tmp_path):
     assert (args.weight_decay, args.max_grad_norm, args.warmup_steps) == (0.0, 0.0, 4000)
     assert (args.label_smoothing, args.lr_factor, args.max_tokens, args.max_sentences) == (0.1, 1.0, 4096, None)
     assert args.lr_scheduler_type == "inverse_sqrt" and args.predict_with_generate
-    assert args.subword_split == 0.0  # not in the paper: off
+    assert args.subword_split == 0.0 and args.bidirectional_steps == 0  # not in the paper: off
     assert args.metric_for_best_model == "bleu" and args.greater_is_better is True
     other = VanillaTrainingArguments(output_dir=str(tmp_path), report_to=[], adam_beta2=0.997, warmup_steps=8000)
     assert (other.adam_beta2, other.warmup_steps) == (0.997, 8000)

@@ -23,6 +23,7 @@ Trainer lacks; `VanillaTransformerTrainer` changes only what the recipe needs:
   `batching.TokenBatchSampler`, which shards itself across data-parallel processes;
 - not in the paper, off by default: `subword_split`, the sentences of each training batch re-segmented into smaller
   subwords at random (`subword_split.py`, a reproducible variant of BPE-dropout), before the loss's token count;
+  and `bidirectional_steps`, the first updates trained on both directions (half of their batches reversed), BiT;
 - precision: `bf16="auto"` (the presets) is bfloat16 autocast where the hardware has it natively, float32
   elsewhere (`precision.py`; the log and results.json say which and why); float32 master weights, Adam state and
   loss. In bfloat16 on a CPU the model runs the eager attention (torch's CPU SDPA is slow in bfloat16);
@@ -126,6 +127,14 @@ class VanillaTrainingArguments(Seq2SeqTrainingArguments):
             "encoding. 0 = off (the paper)."
         },
     )
+    bidirectional_steps: int = field(
+        default=0,
+        metadata={
+            "help": "Updates at the start of training whose batches are reversed with probability 1/2 (target -> "
+            "source; bidirectional training, BiT, Ding et al. 2021, whose early stage is 1/3 of the updates; not in "
+            "the paper). Needs the shared vocabulary (sections 5.1, 3.4). 0 = off (the paper)."
+        },
+    )
     pad_to_multiple_of: int | None = field(
         default=None,
         metadata={
@@ -207,6 +216,12 @@ class VanillaTrainingArguments(Seq2SeqTrainingArguments):
                 f"`subword_split` must be a probability in [0, 1), got {self.subword_split!r} (0 = off; BPE-dropout's "
                 f"paper uses 0.1)."
             )
+        value = self.bidirectional_steps
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(
+                f"`bidirectional_steps` must be a non-negative integer (updates), got {value!r} (0 = off; BiT trains "
+                f"the first third of the updates bidirectionally)."
+            )
         value = self.pad_to_multiple_of
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
             raise ValueError(f"`pad_to_multiple_of` must be a positive integer or None, got {value!r} (e.g. 8).")
@@ -278,6 +293,11 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
                 f"`predict_with_generate=True`), or set `metric_for_best_model='loss'`."
             )
         self._use_fast_attention()
+        if self.args.bidirectional_steps and getattr(self.processing_class, "pad_token_id", None) is None:
+            raise ValueError(
+                "`bidirectional_steps` turns labels into source tokens padded with the tokenizer's pad id, but the "
+                "trainer has no tokenizer (with a pad token): pass `processing_class=tokenizer`."
+            )
         if self.args.subword_split and getattr(self.processing_class, "pad_token_id", None) is None:
             raise ValueError(
                 "`subword_split` undoes the tokenizer's BPE merges, but the trainer has no tokenizer (with a pad "
@@ -681,7 +701,33 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
         if self.args.subword_split:
             # Lazy: the Trainer's loop takes its `num_batches` from the iterator, each split as it is taken.
             epoch_iterator = (self._split_subwords(batch, i) for i, batch in enumerate(epoch_iterator))
+        if self.state.global_step < self.args.bidirectional_steps:
+            epoch_iterator = (self._maybe_reverse(batch, i) for i, batch in enumerate(epoch_iterator))
         return super().get_batch_samples(epoch_iterator, num_batches, device)
+
+    def _maybe_reverse(self, batch: dict, micro_batch: int) -> dict:
+        """Bidirectional training (`bidirectional_steps`): the whole micro-batch, with probability 1/2, as target ->
+        source pairs. Both sides end in `</s>` and share one vocabulary (sections 5.1, 3.4), so the swap is of the
+        padded tensors: the labels' -100 become the pad id of the new source, the source's padding the new labels'
+        -100. Seeded by the update's position, as the subword splits are: a resumed run reverses the same batches."""
+        seed = np.random.SeedSequence(
+            [self.args.seed, self.state.global_step, micro_batch, self.args.process_index, 2]
+        ).generate_state(1)[0]
+        if np.random.default_rng(seed).random() >= 0.5:
+            return batch
+        labels, input_ids = batch["labels"], batch["input_ids"]
+        source_mask = batch.get("attention_mask")
+        if source_mask is None:
+            source_mask = input_ids != self.processing_class.pad_token_id
+        target_mask = labels != -100
+        # The decoder's inputs (a collator given `model=` makes them) belonged to the old labels: the model shifts the
+        # new labels itself.
+        replaced = ("input_ids", "labels", "attention_mask", "decoder_input_ids", "decoder_attention_mask")
+        reversed_batch = {k: v for k, v in batch.items() if k not in replaced}
+        reversed_batch["input_ids"] = labels.masked_fill(~target_mask, self.processing_class.pad_token_id)
+        reversed_batch["attention_mask"] = target_mask.to(source_mask.dtype)
+        reversed_batch["labels"] = input_ids.masked_fill(~source_mask.bool(), -100)
+        return reversed_batch
 
     def _split_subwords(self, batch: dict, micro_batch: int) -> dict:
         if self._merge_tree is None:
