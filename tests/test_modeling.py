@@ -732,6 +732,10 @@ def test_clear_errors_for_bad_input():
         model(input_ids=ids[:0], decoder_input_ids=ids[:0])
     with pytest.raises(ValueError, match="at least one token"):
         model(input_ids=ids, attention_mask=torch.zeros_like(mask), decoder_input_ids=ids)
+    # Labels that are not the decoder inputs' (another length, or other rows): named, not a gather error in the loss.
+    for labels in (ids[:, :3], ids[:2]):
+        with pytest.raises(ValueError, match=r"`labels` has shape .* \(batch, target length\)"):
+            model(input_ids=ids, attention_mask=mask, decoder_input_ids=ids, labels=labels)
     learned = tiny_model(position_embedding_type="learned", max_position_embeddings=8)
     with pytest.raises(ValueError, match="longer than the learned position table"):
         learned(input_ids=ids, attention_mask=mask, decoder_input_ids=ids[:, :4])

@@ -773,8 +773,12 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
 
         loss = nll_loss = num_target_tokens = None
         if labels is not None:
-            if labels.shape[0] != logits.shape[0]:
-                raise ValueError(f"`labels` has {labels.shape[0]} rows but the batch has {logits.shape[0]}.")
+            if labels.shape != logits.shape[:2]:  # shapes only: no host sync
+                raise ValueError(
+                    f"`labels` has shape {tuple(labels.shape)} but the decoder read {tuple(logits.shape[:2])} (batch, "
+                    f"target length): pass `decoder_input_ids` made from these labels, or none (the model shifts the "
+                    f"labels right itself)."
+                )
             loss_sum, nll_sum, num_target_tokens = label_smoothed_cross_entropy(logits, labels, epsilon_ls)
             denominator = num_items_in_batch if num_items_in_batch is not None else num_target_tokens.clamp(min=1)
             if isinstance(denominator, torch.Tensor):
