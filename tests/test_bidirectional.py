@@ -2,13 +2,11 @@
 reversed pairs (target -> source), exactly as if the reversed corpus had been collated; later updates and evaluation
 are untouched; the choice is reproducible and resumes exactly."""
 
-import shutil
-
 import datasets
 import pytest
 import torch
 from helpers import read_multi30k
-from test_trainer import make_trainer, tiny_model, train_logs
+from test_trainer import check_option_resumes_exactly, make_trainer, tiny_model
 from transformers import DataCollatorForSeq2Seq
 
 from vanilla_transformer.data import tokenize_corpus
@@ -114,20 +112,11 @@ def _is_forward(trainer, batch, step):
 
 
 def test_bidirectional_training_resumes_exactly_and_changes_the_run(tmp_path, tokenizer, corpus):
-    common = dict(max_steps=6, max_tokens=1400, save_strategy="steps", save_steps=3, bidirectional_steps=5)
-    full = _trainer(tmp_path / "full", tokenizer, corpus, **common)
-    full.train()
-    shutil.copytree(tmp_path / "full" / "checkpoint-3", tmp_path / "resumed" / "checkpoint-3")
-    resumed = _trainer(tmp_path / "resumed", tokenizer, corpus, **common)
-    resumed.train(resume_from_checkpoint=True)
-    expected, got = train_logs(full), train_logs(resumed)
-    for step in range(4, 7):
-        assert got[step]["loss"] == expected[step]["loss"], step
-    for (name, p), q in zip(full.model.named_parameters(), resumed.model.parameters()):
-        assert torch.equal(p, q), name
-    forward_only = _trainer(tmp_path / "forward", tokenizer, corpus, **{**common, "bidirectional_steps": 0})
-    forward_only.train()
-    assert train_logs(forward_only)[6]["loss"] != expected[6]["loss"]
+    check_option_resumes_exactly(
+        tmp_path,
+        lambda path, **settings: _trainer(path, tokenizer, corpus, max_tokens=1400, **settings),
+        bidirectional_steps=5,
+    )
 
 
 @pytest.mark.parametrize("value", [-1, 2.5, True])

@@ -91,6 +91,26 @@ def train_logs(trainer):
     return {h["step"]: h for h in trainer.state.log_history if "loss" in h}
 
 
+def check_option_resumes_exactly(tmp_path, make, **option):
+    """For a training option drawn anew per update (e.g. `subword_split=0.2`): train `make(path, **settings)` for 6
+    updates with it, and a copy resumed from its checkpoint-3: updates 4-6 must log the same losses and end with the
+    same weights. And the option must matter: with it at 0 the same run trains otherwise."""
+    settings = dict(max_steps=6, save_strategy="steps", save_steps=3, **option)
+    full = make(tmp_path / "full", **settings)
+    full.train()
+    shutil.copytree(tmp_path / "full" / "checkpoint-3", tmp_path / "resumed" / "checkpoint-3")
+    resumed = make(tmp_path / "resumed", **settings)
+    resumed.train(resume_from_checkpoint=True)
+    expected, got = train_logs(full), train_logs(resumed)
+    for step in range(4, 7):
+        assert got[step]["loss"] == expected[step]["loss"], step
+    for (name, p), q in zip(full.model.named_parameters(), resumed.model.parameters()):
+        assert torch.equal(p, q), name
+    off = make(tmp_path / "off", **{**settings, **dict.fromkeys(option, 0)})
+    off.train()
+    assert train_logs(off)[6]["loss"] != expected[6]["loss"]
+
+
 class GradientRecorder(TrainerCallback):
     """The accumulated gradients just before each optimizer update."""
 
