@@ -293,16 +293,15 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
                 f"`predict_with_generate=True`), or set `metric_for_best_model='loss'`."
             )
         self._use_fast_attention()
-        if self.args.bidirectional_steps and getattr(self.processing_class, "pad_token_id", None) is None:
-            raise ValueError(
-                "`bidirectional_steps` turns labels into source tokens padded with the tokenizer's pad id, but the "
-                "trainer has no tokenizer (with a pad token): pass `processing_class=tokenizer`."
-            )
-        if self.args.subword_split and getattr(self.processing_class, "pad_token_id", None) is None:
-            raise ValueError(
-                "`subword_split` undoes the tokenizer's BPE merges, but the trainer has no tokenizer (with a pad "
-                "token): pass `processing_class=tokenizer`."
-            )
+        for option, why in (
+            ("bidirectional_steps", "turns labels into source tokens padded with the tokenizer's pad id"),
+            ("subword_split", "undoes the tokenizer's BPE merges"),
+        ):
+            if getattr(self.args, option) and getattr(self.processing_class, "pad_token_id", None) is None:
+                raise ValueError(
+                    f"`{option}` {why}, but the trainer has no tokenizer (with a pad token): pass "
+                    f"`processing_class=tokenizer`."
+                )
         self._merge_tree = None  # (left, right) of subword splitting, read from the tokenizer when first needed
         # Sums of (smoothed loss, NLL, target tokens) since the last log, for training and for evaluation.
         self._loss_sums = {split: torch.zeros(3, device=self.args.device) for split in ("train", "eval")}
@@ -710,10 +709,7 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
         source pairs. Both sides end in `</s>` and share one vocabulary (sections 5.1, 3.4), so the swap is of the
         padded tensors: the labels' -100 become the pad id of the new source, the source's padding the new labels'
         -100. Seeded by the update's position, as the subword splits are: a resumed run reverses the same batches."""
-        seed = np.random.SeedSequence(
-            [self.args.seed, self.state.global_step, micro_batch, self.args.process_index, 2]
-        ).generate_state(1)[0]
-        if np.random.default_rng(seed).random() >= 0.5:
+        if np.random.default_rng(self._update_seed(micro_batch, 2)).random() >= 0.5:
             return batch
         labels, input_ids = batch["labels"], batch["input_ids"]
         source_mask = batch.get("attention_mask")
@@ -729,21 +725,23 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
         reversed_batch["labels"] = input_ids.masked_fill(~source_mask.bool(), -100)
         return reversed_batch
 
+    def _update_seed(self, micro_batch: int, *stream: int) -> int:
+        """The seed of a per-update random choice (subword splits; `stream` 2: bidirectional reversal), from the
+        update's position, not drawn from the global generator: the Trainer fetches a resumed run's first batches
+        before it restores the random state, and accelerate's loader prefetches a batch."""
+        key = [self.args.seed, self.state.global_step, micro_batch, self.args.process_index, *stream]
+        return int(np.random.SeedSequence(key).generate_state(1)[0])
+
     def _split_subwords(self, batch: dict, micro_batch: int) -> dict:
         if self._merge_tree is None:
             self._merge_tree = merge_tree(self.processing_class)
-        # Seeded by the update's position, not drawn from the global generator: the Trainer fetches a resumed
-        # run's first batches before it restores the random state, and accelerate's loader prefetches a batch.
-        seed = np.random.SeedSequence(
-            [self.args.seed, self.state.global_step, micro_batch, self.args.process_index]
-        ).generate_state(1)[0]
         config = getattr(self.accelerator.unwrap_model(self.model), "config", None)
         return split_batch(
             batch,
             *self._merge_tree,
             self.args.subword_split,
             pad_token_id=self.processing_class.pad_token_id,
-            generator=torch.Generator().manual_seed(int(seed)),
+            generator=torch.Generator().manual_seed(self._update_seed(micro_batch)),
             max_length=getattr(config, "max_position_embeddings", None),
             pad_to_multiple_of=self.args.pad_to_multiple_of,
         )
