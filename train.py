@@ -70,6 +70,12 @@ class ModelArguments:
     )
     d_model: int | None = field(default=None, metadata={"help": "Override the preset's d_model."})
     layers: int | None = field(default=None, metadata={"help": "Override N, the encoder and decoder layer count."})
+    encoder_layers: int | None = field(
+        default=None, metadata={"help": "Override the encoder's layer count alone (wins over --layers; paper: N)."}
+    )
+    decoder_layers: int | None = field(
+        default=None, metadata={"help": "Override the decoder's layer count alone (wins over --layers; paper: N)."}
+    )
     heads: int | None = field(default=None, metadata={"help": "Override h, the attention head count."})
     ffn_dim: int | None = field(default=None, metadata={"help": "Override d_ff."})
     dropout: float | None = field(default=None, metadata={"help": "Override P_drop (residual dropout)."})
@@ -254,8 +260,9 @@ def _trains_in_float32_on_cpu(training_args) -> bool:
 def build_config(model_args: ModelArguments, tokenizer) -> VanillaTransformerConfig:
     overrides = {
         "d_model": model_args.d_model,
-        "encoder_layers": model_args.layers,
-        "decoder_layers": model_args.layers,
+        # The paper stacks N layers in each (section 3.1); Marian and BART let the two counts differ, and so do we.
+        "encoder_layers": model_args.encoder_layers if model_args.encoder_layers is not None else model_args.layers,
+        "decoder_layers": model_args.decoder_layers if model_args.decoder_layers is not None else model_args.layers,
         "encoder_attention_heads": model_args.heads,
         "decoder_attention_heads": model_args.heads,
         "encoder_ffn_dim": model_args.ffn_dim,

@@ -97,12 +97,14 @@ def main(argv=None) -> int:
 
     training = results["training"]
     hp = training["hyperparameters"]
+    layers = config.encoder_layers
+    if config.decoder_layers != layers:
+        layers = f"{layers}/{config.decoder_layers}"  # encoder / decoder
     row = {
         "run": args.run_dir.name,
         "pair": f"{results['src_lang']}-{results['tgt_lang']}",
         "note": args.note,
-        "model": f"N={config.encoder_layers} d={config.d_model} h={config.encoder_attention_heads} "
-        f"ff={config.encoder_ffn_dim}",
+        "model": f"N={layers} d={config.d_model} h={config.encoder_attention_heads} ff={config.encoder_ffn_dim}",
         "parameters": results["num_parameters"],
         "vocab": results["tokenizer"]["vocab_size"],
         "dropout": config.dropout,

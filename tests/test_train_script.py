@@ -213,6 +213,33 @@ def test_shipped_presets_parse(path):
             assert [getattr(args, key) for args in parsed if hasattr(args, key)] == [value], key
 
 
+class _VocabularyOf100:
+    """What build_config reads of a tokenizer."""
+
+    pad_token_id, bos_token_id, eos_token_id = 1, 0, 2
+
+    def __len__(self):
+        return 100
+
+
+@pytest.mark.parametrize(
+    "options, depths",
+    [
+        ([], (3, 3)),  # the preset's N
+        (["--layers", "2"], (2, 2)),
+        (["--layers", "2", "--decoder_layers", "1"], (2, 1)),  # the stack named wins over --layers
+        (["--encoder_layers", "4", "--decoder_layers", "2"], (4, 2)),
+        (["--encoder_layers", "5", "--layers", "1"], (5, 1)),
+    ],
+)
+def test_layer_options_set_each_stack(tmp_path, options, depths):
+    model_args, *_ = train.parse_args(["--preset", "small", "--output_dir", str(tmp_path / "run"), *options])
+    config = train.build_config(model_args, _VocabularyOf100())
+    assert (config.encoder_layers, config.decoder_layers) == depths
+    model = VanillaTransformerForConditionalGeneration(config)
+    assert (len(model.model.encoder.layers), len(model.model.decoder.layers)) == depths
+
+
 def test_unknown_key_in_config_file_is_named(tmp_path):
     config = tmp_path / "preset.json"
     config.write_text(json.dumps({"max_steps": 7, "max_step": 8}))
