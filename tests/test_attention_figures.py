@@ -146,6 +146,26 @@ def test_generated_target_is_the_beam_search_output(model, tokenizer):
     assert torch.equal(generated.cross, torch.stack([w[0] for w in out.cross_attentions]))
 
 
+def test_by_default_the_translation_uses_the_models_generation_config(model, tokenizer, monkeypatch):
+    """As `generate`, `translate` and the pipeline: the Multi30k presets' models decode with beam 6, and their card's
+    figure must show the translation their test BLEU was scored on."""
+    calls = []
+    generate = model.generate
+    monkeypatch.setattr(model, "generate", lambda **kwargs: calls.append(kwargs) or generate(**kwargs))
+    monkeypatch.setattr(model.generation_config, "num_beams", 3)
+    default = attention_weights(model, tokenizer, SOURCE, max_new_tokens=6)
+    assert "num_beams" not in calls[-1]  # generate reads the generation config
+    assert (
+        default.translation == attention_weights(model, tokenizer, SOURCE, num_beams=3, max_new_tokens=6).translation
+    )
+    assert calls[-1]["num_beams"] == 3
+    attention_weights(model, tokenizer, SOURCE, num_beams=1, max_new_tokens=6)
+    assert calls[-1]["num_beams"] == 1  # an explicit beam size wins
+    for bad in (0, 2.0, True):
+        with pytest.raises(ValueError, match="`num_beams` must be a positive integer or None"):
+            attention_weights(model, tokenizer, SOURCE, num_beams=bad)
+
+
 def test_model_is_switched_back_when_the_forward_fails(model, tokenizer, monkeypatch):
     model.train()
 
@@ -367,14 +387,15 @@ def test_remote_code_model_in_a_process_without_the_package(checkpoint, weights,
 def test_model_card_figure(model, tokenizer, tmp_path, monkeypatch, caplog):
     from vanilla_transformer.model_card import write_attention_figure
 
+    monkeypatch.setattr(model.generation_config, "num_beams", 3)  # the figure decodes as the model does
     entry = write_attention_figure(model, tokenizer, SOURCE, tmp_path, split="val")
     assert (tmp_path / "attention.png").read_bytes().startswith(b"\x89PNG")
-    expected = attention_weights(model, tokenizer, SOURCE, num_beams=4)
+    expected = attention_weights(model, tokenizer, SOURCE, num_beams=3)
     assert entry == {
         "file": "attention.png",
         "layer": entry["layer"],
         "layers": 3,
-        "num_beams": 4,
+        "num_beams": 3,
         "source": SOURCE,
         "split": "val",
         "translation": expected.translation,

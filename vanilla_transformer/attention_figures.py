@@ -108,7 +108,13 @@ def source_limit(model, tokenizer) -> int:
 
 @torch.no_grad()
 def attention_weights(
-    model, tokenizer, source: str, target: str | None = None, *, num_beams: int = 4, max_new_tokens: int | None = None
+    model,
+    tokenizer,
+    source: str,
+    target: str | None = None,
+    *,
+    num_beams: int | None = None,
+    max_new_tokens: int | None = None,
 ) -> AttentionWeights:
     """The encoder, decoder and cross-attention weights of `model` for `source` and its translation.
 
@@ -121,15 +127,17 @@ def attention_weights(
         tokenizer: the model's tokenizer (appends </s> to the source, as in training).
         source: one sentence.
         target: the translation to analyse; None (default) = the model's own, by beam search.
-        num_beams: beam size for the model's translation (default 4, section 6.1; 1 = greedy).
+        num_beams: beam size for the model's translation; None (default) = its generation config's, as `generate`,
+            `translate` and the pipeline use it (4 in the shipped config, section 6.1; the Multi30k presets' 6);
+            1 = greedy.
         max_new_tokens: at most this many generated tokens (default: the model's generation config).
     """
     if not isinstance(source, str) or not source.strip():
         raise ValueError(f"`source` must be a non-empty sentence, got {source!r}.")
     if target is not None and (not isinstance(target, str) or not target.strip()):
         raise ValueError(f"`target` must be a non-empty sentence or None (translate the source), got {target!r}.")
-    if isinstance(num_beams, bool) or not isinstance(num_beams, int) or num_beams < 1:
-        raise ValueError(f"`num_beams` must be a positive integer, got {num_beams!r}.")
+    if num_beams is not None and (isinstance(num_beams, bool) or not isinstance(num_beams, int) or num_beams < 1):
+        raise ValueError(f"`num_beams` must be a positive integer or None (the model's own), got {num_beams!r}.")
     # Without outer whitespace, as the model was trained (train.py strips every sentence) and as `translate` gives
     # it: the tokenizer keeps spaces, and a lone "▁" the model never saw would be drawn and attended to.
     source = source.strip()
@@ -151,7 +159,7 @@ def attention_weights(
     model.eval()
     try:
         if target is None:
-            kwargs = {"num_beams": num_beams}
+            kwargs = {"num_beams": num_beams} if num_beams is not None else {}
             if max_new_tokens is not None:
                 kwargs["max_new_tokens"] = max_new_tokens
             sequence = model.generate(input_ids=input_ids, attention_mask=torch.ones_like(input_ids), **kwargs)[0]
@@ -377,7 +385,7 @@ def attention_figure(
     kind: str = "cross",
     layer: int | None = None,
     heads="all",
-    num_beams: int = 4,
+    num_beams: int | None = None,
     max_new_tokens: int | None = None,
     output=None,
 ):

@@ -334,7 +334,7 @@ def cmd_attention(args) -> int:
     except ImportError as error:
         print(f"{PROG} attention: error: {error}", file=sys.stderr)
         return 1
-    if args.beams < 1:
+    if args.beams is not None and args.beams < 1:
         raise ValueError(f"--beams must be at least 1, got {args.beams}.")
     output = Path(args.output)
     if not output.parent.is_dir():
@@ -520,9 +520,9 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument(
         "--beams",
         type=int,
-        default=4,
+        default=None,
         metavar="N",
-        help="beam size for the model's translation (default 4, as in the paper; 1 = greedy)",
+        help="beam size for the model's translation (default: its generation config's, as `translate`; 1 = greedy)",
     )
     a.add_argument("--device", default="auto", help="torch device: auto (default), cpu, cuda, mps")
     add_checkpoint_options(a)

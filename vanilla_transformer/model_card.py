@@ -321,7 +321,8 @@ def render_model_card(
 
 
 def write_attention_figure(model, tokenizer, sentence: str, output_dir, split: str | None = None) -> dict | None:
-    """Draw the cross-attention of `model` for `sentence` and its translation (beam 4) into
+    """Draw the cross-attention of `model` for `sentence` and its translation (beam search with its generation config,
+    as its test BLEU was scored) into
     `output_dir/attention.png`, and return the results entry (`attention_figure`) that puts it into the card;
     `split` names the data split the sentence comes from, for the caption.
 
@@ -334,7 +335,7 @@ def write_attention_figure(model, tokenizer, sentence: str, output_dir, split: s
 
     try:
         require_matplotlib()
-        weights = attention_weights(model, tokenizer, sentence, num_beams=4)
+        weights = attention_weights(model, tokenizer, sentence)
     except (ImportError, ValueError) as error:
         logger.warning("No attention figure in the model card: %s", error)
         return None
@@ -346,7 +347,7 @@ def write_attention_figure(model, tokenizer, sentence: str, output_dir, split: s
         "file": ATTENTION_FIGURE,
         "layer": layer,
         "layers": int(weights.cross.shape[0]),
-        "num_beams": 4,
+        "num_beams": model.generation_config.num_beams,
         "source": sentence,
         "split": split,
         "translation": weights.translation,
