@@ -134,10 +134,10 @@ def load_model(
     """
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
-    import vanilla_transformer  # noqa: F401  (registers the config and model with the Auto classes)
-
+    from . import register
     from .precision import fast_attention_implementation, resolve_dtype
 
+    register()  # the config and model with the Auto classes (deferred when the command line started the process)
     if dtype not in DTYPES:
         raise ValueError(f"--dtype {dtype!r} is not one of {list(DTYPES)}.")
     target = resolve_device(device)
@@ -548,6 +548,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.WARNING, format=f"{PROG}: %(levelname)s: %(message)s")
+    from . import register
+
+    register()  # deferred while the arguments were parsed (vanilla_transformer/__init__.py)
     try:
         return args.func(args)
     except ValueError as error:
