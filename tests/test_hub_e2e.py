@@ -73,9 +73,9 @@ def online():
 
 
 def load_train_py():
-    if str(ROOT) not in sys.path:
-        sys.path.insert(0, str(ROOT))
-    return importlib.import_module("train")
+    """The training command's module (`vanilla-transformer train`, `python train.py`); its `train()` returns the
+    results."""
+    return importlib.import_module("vanilla_transformer.train")
 
 
 def train_args(data_dir, output_dir, *extra):
@@ -141,7 +141,7 @@ def run(online, data_dir, tmp_path_factory):
     train = load_train_py()
     repo = f"{online.user}/{unique('run')}"
     out = tmp_path_factory.mktemp("run")
-    results = train.main(
+    results = train.train(
         train_args(
             data_dir,
             out,
@@ -328,7 +328,7 @@ def test_train_py_pushes_to_a_new_branch(hub, data_dir, tmp_path):
     repo = f"{hub.user}/{unique('branch')}"
     args = train_args(data_dir, tmp_path / "out", "--push_to_hub", "--hub_model_id", repo, "--hub_revision", "dev")
     args[args.index("--max_steps") + 1], args[args.index("--save_steps") + 1] = "20", "10"
-    results = train.main(args)
+    results = train.train(args)
     commits = HfApi().list_repo_commits(repo, revision="dev")
     assert results["hub_commit"].endswith(commits[0].commit_id)
     assert "Training in progress, step 10" in [c.title for c in commits]
@@ -537,7 +537,7 @@ def test_train_py_checks_the_token_before_training(hub, data_dir, tmp_path):
     train = load_train_py()
     start = time.monotonic()
     with pytest.raises(ValueError, match="invalid or expired"):
-        train.main(
+        train.train(
             train_args(
                 data_dir,
                 tmp_path / "out",

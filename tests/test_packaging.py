@@ -86,6 +86,7 @@ def test_wheel_holds_every_file_the_package_needs(wheel):
     # The console command of the README.
     entry_points = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
     assert "vanilla-transformer = vanilla_transformer.cli:main" in entry_points
+    assert {f"vanilla_transformer/configs/{p.name}" for p in (PACKAGE / "configs").glob("*.json")} <= names
 
 
 def test_dependency_floors_are_versions_that_work():
@@ -212,3 +213,78 @@ def test_installed_wheel_writes_a_model_card_outside_the_repository(fresh_env, t
         "configuration_vanilla_transformer.py",
     } <= set(report["files"])
     assert report["card_bleu"] == report["bleu"] and "tok:13a" in report["signature"]
+
+
+def test_installed_wheel_trains_with_a_shipped_preset_from_any_directory(fresh_env, tmp_path):
+    """`vanilla-transformer train --config multi30k_en_de_cpu` from the wheel, in a directory outside the checkout:
+    the preset is package data, the command trains, saves, and the model loads; the module form is the same command;
+    a mistake is one line naming the flag, exit status 2."""
+    from helpers import read_multi30k
+
+    data = tmp_path / "multi30k"
+    data.mkdir()
+    for split, n in {"train": 400, "val": 20, "test_2016_flickr": 8}.items():
+        for lang in ("en", "de"):
+            (data / f"{split}.{lang}").write_text(
+                "".join(line + "\n" for line in read_multi30k(f"{split}.{lang}.gz", n))
+            )
+    work = tmp_path / "elsewhere"
+    work.mkdir()
+    env = subprocess_env(PYTHONPATH="")
+    command = fresh_env.parent / "vanilla-transformer"
+    options = [
+        "--config",
+        "multi30k_en_de_cpu",
+        "--dataset",
+        str(data),
+        "--max_steps",
+        "5",
+        "--max_train_minutes",
+        "5",
+    ]
+    options += ["--vocab_size", "600", "--eval_strategy", "no", "--report_to", "none", "--bf16", "false"]
+    options += ["--d_model", "32", "--layers", "1", "--heads", "2", "--ffn_dim", "64", "--average_last", "2"]
+    result = subprocess.run(
+        [str(command), "train", *options, "--output_dir", "run", "--plots", "false"],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    loaded = subprocess.run(
+        [
+            str(fresh_env),
+            "-c",
+            "import sys, json, vanilla_transformer as v; from transformers import AutoModelForSeq2SeqLM;"
+            " m = AutoModelForSeq2SeqLM.from_pretrained('run'); print(json.dumps([type(m).__name__, v.__file__]))",
+        ],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert loaded.returncode == 0, loaded.stderr[-3000:]
+    name, package = json.loads(loaded.stdout.strip().splitlines()[-1])
+    assert name == "VanillaTransformerForConditionalGeneration" and Path(package).is_relative_to(
+        fresh_env.parent.parent
+    )
+    results = json.loads((work / "run" / "results.json").read_text())
+    assert results["training"]["steps"] == 5 and results["bleu"]["test"]["sentences"] == 8
+    assert results["training"]["hyperparameters"]["label_smoothing"] == 0.2  # the preset's recipe
+    # The module form runs the same command; its errors are one line.
+    bad = subprocess.run(
+        [str(fresh_env), "-m", "vanilla_transformer.train", "--config", "multi30k_en_de_cpu", "--dataset", "nowhere"],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert (
+        bad.returncode == 2
+        and bad.stderr.strip().count("\n") == 0
+        and "--dataset='nowhere' does not exist" in bad.stderr
+    )

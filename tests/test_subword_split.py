@@ -15,7 +15,8 @@ from transformers import DataCollatorForSeq2Seq, PreTrainedTokenizerFast
 from vanilla_transformer.data import tokenize_corpus
 from vanilla_transformer.subword_split import merge_tree, split_batch, split_subwords
 from vanilla_transformer.tokenization import train_tokenizer
-from vanilla_transformer.trainer import VanillaTrainingArguments, VanillaTransformerTrainer
+from vanilla_transformer.training.arguments import VanillaTrainingArguments
+from vanilla_transformer.training.trainer import VanillaTransformerTrainer
 
 
 @pytest.fixture(scope="module")

@@ -12,12 +12,14 @@ import pytest
 import torch
 from helpers import read_multi30k, subprocess_env
 
+from vanilla_transformer import VanillaTransformerForConditionalGeneration, train
+from vanilla_transformer.tokenization import load_tokenizer
+from vanilla_transformer.training import report
+from vanilla_transformer.training.arguments import PRESETS_DIR, VanillaTrainingArguments
+from vanilla_transformer.training.report import describe_hardware
+
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-import train  # noqa: E402
-from vanilla_transformer import VanillaTransformerForConditionalGeneration  # noqa: E402
 
 
 TINY_MODEL = ["--d_model", "64", "--layers", "2", "--heads", "4", "--ffn_dim", "256", "--vocab_size", "1000"]
@@ -67,7 +69,7 @@ def _args(data_dir, out, *extra):
 
 def test_short_training_run_lowers_validation_loss_and_writes_a_loadable_model(data_dir, tmp_path):
     out = tmp_path / "run"
-    results = train.main(
+    results = train.train(
         _args(
             data_dir,
             out,
@@ -173,7 +175,7 @@ def test_short_training_run_lowers_validation_loss_and_writes_a_loadable_model(d
 )
 def test_bad_arguments_fail_before_training(data_dir, tmp_path, change, match):
     with pytest.raises(ValueError, match=match):
-        train.main(_args(data_dir, tmp_path / "run", "--max_steps", "1", *change))
+        train.train(_args(data_dir, tmp_path / "run", "--max_steps", "1", *change))
     assert not list((tmp_path / "run").glob("checkpoint-*"))
 
 
@@ -189,14 +191,14 @@ def test_config_file_sets_defaults_that_the_command_line_overrides(tmp_path, for
     assert training_args.warmup_steps == 22  # the command line wins
 
 
-@pytest.mark.parametrize("path", sorted((ROOT / "configs").glob("*.json")), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", sorted(PRESETS_DIR.glob("*.json")), ids=lambda p: p.name)
 def test_shipped_presets_parse(path):
     model_args, data_args, _, run_args, training_args = train.parse_args(["--config", str(path)])
     assert training_args.output_dir and model_args.preset
     if path.name.startswith("multi30k_"):
         # One recipe for every Multi30k direction (tuned on EN->DE validation data): only the languages and the
         # output directory differ, and each direction's files exist in the shared data.
-        recipe = json.loads((ROOT / "configs" / "multi30k_en_de_cpu.json").read_text())
+        recipe = json.loads((PRESETS_DIR / "multi30k_en_de_cpu.json").read_text())
         own = json.loads(path.read_text())
         assert {k: v for k, v in own.items() if recipe.get(k) != v} == {
             k: own[k] for k in ("src_lang", "tgt_lang", "output_dir") if own[k] != recipe[k]
@@ -276,22 +278,26 @@ def test_cpu_float32_options_apply_when_the_run_trains_in_float32_on_a_cpu(tmp_p
     assert parse("--bf16", "false", "--dropout", "0.3") == (0.0, 0.3, CPU_FLOAT32_OPTIONS)  # the command line wins
     assert parse("--bf16", "false", "--subword_split", "0.05")[:2] == (0.05, 0.1)
     # A GPU run in float32 (no native bfloat16 there) makes many more updates than a CPU's: the file's own options.
-    monkeypatch.setattr(train.VanillaTrainingArguments, "_training_device_type", lambda self: "cuda")
+    monkeypatch.setattr(VanillaTrainingArguments, "_training_device_type", lambda self: "cuda")
     assert parse("--use_cpu", "false") == file_options
 
 
-@pytest.mark.parametrize("command_line", [[], ["--label_smoothing", "0.3"]], ids=["preset", "command_line_wins"])
+@pytest.mark.parametrize(
+    "command_line", [[], ["--label_smoothing_factor", "0.3"]], ids=["preset", "command_line_wins"]
+)
 def test_a_float32_cpu_run_trains_with_the_cpu_float32_options_and_records_them(
     data_dir, tmp_path, caplog, command_line
 ):
-    options = {"subword_split": 0.05, "label_smoothing": 0.2}
+    options = {"subword_split": 0.05, "label_smoothing_factor": 0.2}
     config = tmp_path / "preset.json"
     config.write_text(
-        json.dumps({"subword_split": 0.1, "label_smoothing": 0.1, "bidirectional_steps": 1, "cpu_float32": options})
+        json.dumps(
+            {"subword_split": 0.1, "label_smoothing_factor": 0.1, "bidirectional_steps": 1, "cpu_float32": options}
+        )
     )
     extra = ["--max_steps", "2", "--test_split", "", "--plots", "false", "--max_train_samples", "300", *command_line]
-    with caplog.at_level(logging.INFO, logger="train"):
-        results = train.main(["--config", str(config), *_args(data_dir, tmp_path / "run", *extra, "--bf16", "false")])
+    with caplog.at_level(logging.INFO, logger="vanilla_transformer.train"):
+        results = train.train(["--config", str(config), *_args(data_dir, tmp_path / "run", *extra, "--bf16", "false")])
     assert results["training"]["precision"]["cpu_float32_options"] == options
     hyperparameters = results["training"]["hyperparameters"]
     smoothing = 0.3 if command_line else 0.2
@@ -300,7 +306,9 @@ def test_a_float32_cpu_run_trains_with_the_cpu_float32_options_and_records_them(
     # The log names the options, and what the command line changed in them (what the run really used).
     (message,) = [r.getMessage() for r in caplog.records if "'cpu_float32' options apply" in r.getMessage()]
     assert str(options) in message
-    assert message.endswith("; the command line sets {'label_smoothing': 0.3}" if command_line else str(options))
+    assert message.endswith(
+        "; the command line sets {'label_smoothing_factor': 0.3}" if command_line else str(options)
+    )
 
 
 @pytest.mark.parametrize(
@@ -337,16 +345,16 @@ def test_an_earlier_run_in_the_output_dir_is_refused_resumed_or_overwritten(data
         "--logging_steps",
         "1",
     ]
-    train.main(_args(data_dir, out, "--max_steps", "2", *short, "--vocab_size", "600"))
+    train.train(_args(data_dir, out, "--max_steps", "2", *short, "--vocab_size", "600"))
     assert json.loads((out / "tokenizer" / "training_settings.json").read_text())["vocab_size"] == 600
     with pytest.raises(ValueError, match="--output_dir .* is not empty.*--overwrite_output_dir"):
-        train.main(_args(data_dir, out, "--max_steps", "4", *short))
+        train.train(_args(data_dir, out, "--max_steps", "4", *short))
     with pytest.raises(ValueError, match="vocab_size=600.*vocab_size=1000"):  # TINY_MODEL asks for 1000
-        train.main(_args(data_dir, out, "--max_steps", "4", *short, "--resume_from_checkpoint", "true"))
+        train.train(_args(data_dir, out, "--max_steps", "4", *short, "--resume_from_checkpoint", "true"))
 
     # Resuming with the run's settings: 'true' is the newest checkpoint of --output_dir (the Trainer's convention).
     written = (out / "checkpoint-2" / "model.safetensors").stat().st_mtime_ns
-    train.main(
+    train.train(
         _args(data_dir, out, "--max_steps", "4", *short, "--vocab_size", "600", "--resume_from_checkpoint", "true")
     )
     state = json.loads((out / "trainer_state.json").read_text())
@@ -355,7 +363,7 @@ def test_an_earlier_run_in_the_output_dir_is_refused_resumed_or_overwritten(data
 
     # Overwriting: a fresh tokenizer, and only this run's checkpoints in the average.
     (out / "checkpoint-999").mkdir()  # a leftover that would be the newest checkpoint
-    results = train.main(
+    results = train.train(
         _args(
             data_dir,
             out,
@@ -376,7 +384,7 @@ def test_an_earlier_run_in_the_output_dir_is_refused_resumed_or_overwritten(data
             "--overwrite_output_dir",
         )
     )
-    assert results["tokenizer"]["vocab_size"] == len(train.load_tokenizer(str(out / "tokenizer"))) != 600
+    assert results["tokenizer"]["vocab_size"] == len(load_tokenizer(str(out / "tokenizer"))) != 600
     assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-1", "checkpoint-2"]
     averaged = json.loads((out / "averaged" / "results.json").read_text())
     assert averaged["checkpoint_averaging"]["checkpoints"] == ["checkpoint-1", "checkpoint-2"]
@@ -387,7 +395,7 @@ def test_with_a_cool_down_only_its_checkpoints_are_averaged(data_dir, tmp_path):
     # its first, half-trained updates. With a cool-down, the average takes only the checkpoints written during it.
     out = tmp_path / "run"
     short = ["--plots", "false", "--max_train_samples", "300", "--generation_max_length", "5", "--save_steps", "1"]
-    results = train.main(
+    results = train.train(
         _args(data_dir, out, "--max_steps", "6", "--lr_cooldown", "0.5", "--average_last", "10", *short)
     )
     assert results["training"]["hyperparameters"]["lr_cooldown_updates"] == [3, 6]
@@ -401,7 +409,7 @@ def test_with_a_cool_down_only_its_checkpoints_are_averaged(data_dir, tmp_path):
     assert results["averaged_model"]["num_checkpoints"] == 3
 
     # Without a cool-down: the last K, as before.
-    results = train.main(
+    results = train.train(
         _args(
             data_dir,
             out,
@@ -420,7 +428,7 @@ def test_with_a_cool_down_only_its_checkpoints_are_averaged(data_dir, tmp_path):
 
 
 def test_progress_bar_shows_the_time_limit(data_dir, tmp_path, capsys):
-    train.main(
+    train.train(
         _args(
             data_dir,
             tmp_path / "run",
@@ -445,7 +453,7 @@ def test_progress_bar_shows_the_time_limit(data_dir, tmp_path, capsys):
 def test_overwrite_only_empties_a_directory_of_a_run(data_dir, tmp_path):
     (tmp_path / "notes.txt").write_text("not a training run")
     with pytest.raises(ValueError, match="does not look like an output directory"):
-        train.main(_args(data_dir, tmp_path, "--max_steps", "1", "--overwrite_output_dir"))
+        train.train(_args(data_dir, tmp_path, "--max_steps", "1", "--overwrite_output_dir"))
     assert (tmp_path / "notes.txt").is_file()
 
 
@@ -455,11 +463,11 @@ def test_bad_data_files_fail_before_training(data_dir, tmp_path):
     with gzip.open(broken / "train.de.gz", "wt") as f:  # one line fewer than train.en
         f.writelines(["x\n"] * 2999)
     with pytest.raises(ValueError, match="3000.*2999|2999.*3000"):
-        train.main(_args(broken, tmp_path / "run", "--max_steps", "1"))
+        train.train(_args(broken, tmp_path / "run", "--max_steps", "1"))
     with gzip.open(broken / "train.de.gz", "wt") as f:
         f.write("")
     with pytest.raises(ValueError, match="empty"):
-        train.main(_args(broken, tmp_path / "run", "--max_steps", "1"))
+        train.train(_args(broken, tmp_path / "run", "--max_steps", "1"))
 
 
 def test_tokenizer_that_does_not_fit_the_model_fails_before_training(data_dir, tmp_path):
@@ -480,7 +488,7 @@ def test_tokenizer_that_does_not_fit_the_model_fails_before_training(data_dir, t
     )
     VanillaTransformerForConditionalGeneration(config).save_pretrained(tmp_path / "model")
     with pytest.raises(ValueError, match="vocab"):
-        train.main(
+        train.train(
             _args(
                 data_dir,
                 tmp_path / "run",
@@ -578,7 +586,7 @@ def test_final_model_is_scored_as_saved_after_bf16_training(data_dir, tmp_path, 
     seen = {"score_test_split": [], "write_attention_figure": []}
 
     def spy(name):
-        real = getattr(train, name)
+        real = getattr(report, name)
 
         def wrapper(model, *args, **kwargs):
             # The dtypes of every projection's output, encoder and decoder (generate calls them by different routes).
@@ -592,13 +600,13 @@ def test_final_model_is_scored_as_saved_after_bf16_training(data_dir, tmp_path, 
                     handle.remove()
                 seen[name].append(dtypes)
 
-        monkeypatch.setattr(train, name, wrapper)
+        monkeypatch.setattr(report, name, wrapper)
 
     spy("score_test_split")
     spy("write_attention_figure")
     out = tmp_path / "run"
     args = ["--max_steps", "4", "--bf16", "true", "--save_steps", "2", "--average_last", "2"]
-    results = train.main(_args(data_dir, out, *args, "--eval_strategy", "no", "--test_batch_size", "10"))
+    results = train.train(_args(data_dir, out, *args, "--eval_strategy", "no", "--test_batch_size", "10"))
     assert results["training"]["precision"]["mixed_precision"] == "bf16"
     # The final model, then the average.
     assert seen == {"score_test_split": [{torch.float32}] * 2, "write_attention_figure": [{torch.float32}] * 2}
@@ -612,7 +620,7 @@ def test_the_recorded_hardware_names_the_cpus_bfloat16_units(monkeypatch, units)
     speed per core), so results.json and the card say which units the CPU has, as torch sees them."""
     for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported"):
         monkeypatch.setattr(torch.cpu, name, lambda name=name: name in units)
-    hardware = train.describe_hardware()
+    hardware = describe_hardware()
     assert ("AVX512_BF16" in hardware) == ("_is_avx512_bf16_supported" in units)
     assert ("AMX" in hardware) == ("_is_amx_tile_supported" in units)
     assert torch.backends.cpu.get_cpu_capability() in hardware and hardware.endswith(

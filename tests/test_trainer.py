@@ -21,19 +21,16 @@ from transformers import DataCollatorForSeq2Seq, ProgressCallback, TrainerCallba
 
 from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 from vanilla_transformer.batching import TokenBatchSampler
+from vanilla_transformer.checkpoints import last_checkpoint
 from vanilla_transformer.data import tokenize_corpus
 from vanilla_transformer.loss_vanilla_transformer import label_smoothed_cross_entropy
 from vanilla_transformer.metrics import compute_bleu, decode_ids
 from vanilla_transformer.modeling_vanilla_transformer import CACHE_NAME
 from vanilla_transformer.schedule import noam_learning_rate
 from vanilla_transformer.tokenization import train_tokenizer
-from vanilla_transformer.trainer import (
-    TimeLimit,
-    TimeLimitProgressCallback,
-    VanillaTrainingArguments,
-    VanillaTransformerTrainer,
-    last_checkpoint,
-)
+from vanilla_transformer.training.arguments import VanillaTrainingArguments
+from vanilla_transformer.training.callbacks import CooldownPlanner, TimeLimit, TimeLimitProgressCallback
+from vanilla_transformer.training.trainer import VanillaTransformerTrainer
 
 
 read = read_multi30k  # read(name, n): the first n lines of a Multi30k file
@@ -128,8 +125,8 @@ def test_arguments_default_to_the_paper_and_can_be_overridden(tmp_path):
     args = VanillaTrainingArguments(output_dir=str(tmp_path), report_to=[])
     assert (args.adam_beta1, args.adam_beta2, args.adam_epsilon) == (0.9, 0.98, 1e-9)
     assert (args.weight_decay, args.max_grad_norm, args.warmup_steps) == (0.0, 0.0, 4000)
-    assert (args.label_smoothing, args.lr_factor, args.max_tokens, args.max_sentences) == (0.1, 1.0, 4096, None)
-    assert args.lr_scheduler_type == "inverse_sqrt" and args.predict_with_generate
+    assert (args.label_smoothing_factor, args.lr_factor, args.max_tokens, args.max_sentences) == (0.1, 1.0, 4096, None)
+    assert args.lr_schedule == "noam" and args.predict_with_generate
     assert args.subword_split == 0.0 and args.bidirectional_steps == 0  # not in the paper: off
     assert args.metric_for_best_model == "bleu" and args.greater_is_better is True
     other = VanillaTrainingArguments(output_dir=str(tmp_path), report_to=[], adam_beta2=0.997, warmup_steps=8000)
@@ -139,13 +136,13 @@ def test_arguments_default_to_the_paper_and_can_be_overridden(tmp_path):
 @pytest.mark.parametrize(
     "overrides, name",
     [
-        (dict(label_smoothing=1.0), "label_smoothing"),
-        (dict(label_smoothing_factor=0.1), "label_smoothing_factor"),
+        (dict(label_smoothing_factor=1.0), "label_smoothing_factor"),
+        (dict(lr_schedule="inverse_sqrt"), "lr_schedule"),
         (dict(lr_factor=0.0), "lr_factor"),
         (dict(max_tokens=0), "max_tokens"),
         (dict(max_sentences=-1), "max_sentences"),
         (dict(lr_cooldown=1.0), "lr_cooldown"),
-        (dict(lr_cooldown=0.2, lr_scheduler_type="linear"), "lr_cooldown"),
+        (dict(lr_cooldown=0.2, lr_schedule="trainer"), "lr_cooldown"),
         (dict(subword_split=1.0), "subword_split"),
         (dict(subword_split=-0.1), "subword_split"),
     ],
@@ -260,9 +257,9 @@ def test_adam_and_the_paper_schedule(tmp_path, tokenizer, corpus):
     trainer = make_trainer(tmp_path, model, tokenizer, corpus, max_steps=6, warmup_steps=3, lr_factor=2.0)
     trainer.train()
     optimizer = getattr(trainer.optimizer, "optimizer", trainer.optimizer)  # accelerate wraps it
-    assert type(optimizer) is torch.optim.Adam
-    group = optimizer.param_groups[0]
-    assert (group["betas"], group["eps"], group["weight_decay"]) == ((0.9, 0.98), 1e-9, 0.0)
+    assert type(optimizer) is torch.optim.AdamW  # weight decay 0: the paper's Adam (see the test below)
+    for group in optimizer.param_groups:
+        assert (group["betas"], group["eps"], group["weight_decay"]) == ((0.9, 0.98), 1e-9, 0.0)
     # Each parameter once: the tied embedding / output projection is a single tensor.
     n_params = len({p.data_ptr() for p in trainer.model.parameters()})
     assert sum(len(g["params"]) for g in optimizer.param_groups) == n_params
@@ -284,15 +281,29 @@ def test_cooldown_over_the_last_half_of_max_steps(tmp_path, tokenizer, corpus):
     assert used[4:] == pytest.approx([held * k / 5 for k in (4, 3, 2, 1)], rel=1e-12)
 
 
-def test_adam_is_fused_and_optim_is_honoured(tmp_path, tokenizer, corpus):
+def test_the_trainers_fused_adamw_is_the_papers_adam_and_optim_is_honoured(tmp_path, tokenizer, corpus):
+    """The stock `adamw_torch_fused` with weight decay 0 (the defaults here) is section 5.3's Adam(0.9, 0.98, 1e-9):
+    a few updates of it give the same parameters, to the bit, as torch's fused Adam on the same gradients."""
     trainer = make_trainer(tmp_path / "default", tiny_model(tokenizer), tokenizer, corpus, max_steps=1)
     trainer.create_optimizer()
-    assert type(trainer.optimizer) is torch.optim.Adam and trainer.optimizer.defaults["fused"] is True
-    plain = make_trainer(
-        tmp_path / "plain", tiny_model(tokenizer), tokenizer, corpus, max_steps=1, optim="adamw_torch"
-    )
-    plain.create_optimizer()
-    assert type(plain.optimizer) is torch.optim.Adam and not plain.optimizer.defaults["fused"]
+    optimizer = trainer.optimizer
+    assert type(optimizer) is torch.optim.AdamW and optimizer.defaults["fused"] is True
+    assert all(group["weight_decay"] == 0.0 for group in optimizer.param_groups)
+    assert (optimizer.defaults["betas"], optimizer.defaults["eps"]) == ((0.9, 0.98), 1e-9)
+    model = trainer.model
+    reference = tiny_model(tokenizer)
+    reference.load_state_dict(model.state_dict())
+    adam = torch.optim.Adam(reference.parameters(), lr=1e-3, betas=(0.9, 0.98), eps=1e-9, fused=True)
+    for group in optimizer.param_groups:
+        group["lr"] = 1e-3
+    batch = next(iter(trainer.get_train_dataloader()))
+    for _ in range(3):
+        for net, opt in ((model, optimizer), (reference, adam)):
+            net(**batch).loss.backward()
+            opt.step()
+            opt.zero_grad()
+    for (name, p), q in zip(model.named_parameters(), reference.parameters()):
+        assert torch.equal(p, q), name
     other = make_trainer(tmp_path / "sgd", tiny_model(tokenizer), tokenizer, corpus, max_steps=1, optim="sgd")
     other.create_optimizer()
     assert type(other.optimizer) is torch.optim.SGD  # another `optim` is the Trainer's optimizer, not ignored
@@ -488,7 +499,7 @@ def test_resuming_with_another_schedule_is_refused(tmp_path, tokenizer, corpus):
         (dict(warmup_steps=5), "warmup_steps=4.*warmup_steps=5"),
         (dict(warmup_steps=5, max_steps=-1, num_train_epochs=2), "warmup_steps=4.*warmup_steps=5"),  # by epochs
         (dict(lr_factor=2.0), "lr_factor=1.0.*lr_factor=2.0"),
-        (dict(lr_scheduler_type="linear"), "paper's learning-rate schedule.*'linear'"),
+        (dict(lr_schedule="trainer"), "paper's learning-rate schedule.*'trainer'"),
     ]:
         settings = {**common, "max_steps": 4, **change}
         again = make_trainer(tmp_path, tiny_model(tokenizer), tokenizer, corpus, **settings)
@@ -588,7 +599,7 @@ def test_time_limit_plans_the_cooldown_from_the_updates_per_second(tmp_path, tok
         tiny_model(tokenizer),
         tokenizer,
         corpus,
-        [limit],
+        [limit, CooldownPlanner(limit)],
         max_steps=50,
         warmup_steps=3,
         lr_cooldown=0.3,

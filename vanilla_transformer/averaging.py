@@ -31,39 +31,14 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from .hub import TRAINING_STATE_FILES  # never copied into the average
+from .checkpoints import TRAINING_STATE_FILES, complete_checkpoints  # training state: never copied into the average
 
 
 logger = logging.getLogger(__name__)
 
 WEIGHTS_NAME = "model.safetensors"
 WEIGHTS_INDEX_NAME = "model.safetensors.index.json"
-CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")  # the names the Trainer gives its checkpoints
-# transformers.trainer.TRAINER_STATE_NAME (not imported from there: that module loads the whole Trainer).
-TRAINER_STATE_NAME = "trainer_state.json"
 WEIGHT_FILES = re.compile(r"^(model.*\.safetensors(\.index\.json)?|pytorch_model.*\.bin(\.index\.json)?)$")
-
-
-def is_complete_checkpoint(checkpoint: str | Path) -> bool:
-    """Whether a save of `checkpoint-<step>` finished. The Trainer writes `trainer_state.json` last, after the weights,
-    optimizer, scheduler and RNG states: a directory without it, or with a truncated one, is what a crash during the
-    save left."""
-    try:
-        with open(Path(checkpoint) / TRAINER_STATE_NAME, encoding="utf-8") as handle:
-            return isinstance(json.load(handle).get("global_step"), int)
-    except (OSError, ValueError, AttributeError):
-        return False
-
-
-def complete_checkpoints(run_dir: str | Path, after: int | None = None) -> list[str]:
-    """The complete `checkpoint-<step>` directories of `run_dir`, by step (oldest first); with `after`, only those
-    written after update `after` (e.g. the start of a learning-rate cool-down: see `train.py`'s averaging)."""
-    run = Path(run_dir)
-    if not run.is_dir():
-        return []
-    steps = sorted((int(m.group(1)), child) for child in run.iterdir() if (m := CHECKPOINT_RE.match(child.name)))
-    steps = [(step, path) for step, path in steps if after is None or step > after]
-    return [str(path) for _, path in steps if path.is_dir() and is_complete_checkpoint(path)]
 
 
 def last_checkpoints(run_dir: str, k: int) -> list[str]:

@@ -529,6 +529,11 @@ def build_parser() -> argparse.ArgumentParser:
     a.set_defaults(func=cmd_attention)
 
     commands.add_parser(
+        "train",
+        add_help=False,
+        help=f"train a model with the paper's recipe; `{PROG} train --help` for its options",
+    )
+    commands.add_parser(
         "average",
         add_help=False,
         help=f"average the last checkpoints of a run (paper section 6.1); `{PROG} average --help` for its options",
@@ -539,6 +544,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Run the command line `argv` (default `sys.argv[1:]`); returns the exit status (0 = success)."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["train"]:
+        # The training command owns its options (vanilla_transformer/train.py); this command only routes to it.
+        from .train import main as train_main
+
+        return train_main(argv[1:])
     if argv[:1] == ["average"]:
         # The averaging module owns its options; this command only routes to it.
         from .averaging import main as average_main

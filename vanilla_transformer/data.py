@@ -250,35 +250,45 @@ def _load_hub_dataset(dataset_id, config_name, splits, split_names, cache_dir, *
 
 
 def _load_split_files(directory: Path, splits, split_names, column_names, cache_dir, src_lang, tgt_lang, **columns):
+    # Every split's files are found before any is loaded: a missing split or language is reported before the
+    # (possibly long) loading of the others.
+    found = {
+        split: _split_files(directory, split, split_names.get(split, split), src_lang, tgt_lang) for split in splits
+    }
     loaded = {}
-    for split in splits:
-        stem = split_names.get(split, split)
-        src_file, tgt_file = _find_line_file(directory, stem, src_lang), _find_line_file(directory, stem, tgt_lang)
-        table = next(
-            (directory / f"{stem}{suffix}" for suffix in _TABLE_SUFFIXES if (directory / f"{stem}{suffix}").is_file()),
-            None,
-        )
+    for split, (src_file, tgt_file, table) in found.items():
         if src_file and tgt_file:
             loaded[split] = _load_line_files(src_file, tgt_file, split, cache_dir)
-        elif table is not None:
+        else:
             ds = _load_table_file(table, split, column_names, cache_dir)
             loaded[split] = _to_pair(ds, src_lang, tgt_lang, origin=f"file {str(table)!r}", **columns)
-        else:
-            languages = _line_file_languages(directory, stem)
-            if languages:  # the split exists, a language does not
-                missing, arg = (src_lang, "src_lang") if src_file is None else (tgt_lang, "tgt_lang")
-                raise ValueError(
-                    f"`{arg}`={missing!r}: there is no {stem}.{missing} or {stem}.{missing}.gz in {str(directory)!r}; "
-                    f"split {stem!r} has the languages {languages}: pass one of those."
-                )
-            available = _split_stems(directory)
-            raise ValueError(
-                f"Split {stem!r} (for `splits` entry {split!r}) does not exist in {str(directory)!r}: no "
-                f"{stem}.{{lang}}[.gz] and no {stem}.tsv/.jsonl file. The directory has the splits {available}: "
-                f"pass `split_names={{{split!r}: <one of those>}}` or leave {split!r} out of `splits`."
-            )
         logger.info("Loaded %d pairs for split %r from %s.", len(loaded[split]), split, directory)
     return datasets.DatasetDict(loaded)
+
+
+def _split_files(directory: Path, split: str, stem: str, src_lang, tgt_lang) -> tuple:
+    """(source file, target file, table file) of a split, the line files or the table being None where absent; a
+    ValueError naming what to pass when the split has neither."""
+    src_file, tgt_file = _find_line_file(directory, stem, src_lang), _find_line_file(directory, stem, tgt_lang)
+    table = next(
+        (directory / f"{stem}{suffix}" for suffix in _TABLE_SUFFIXES if (directory / f"{stem}{suffix}").is_file()),
+        None,
+    )
+    if (src_file and tgt_file) or table is not None:
+        return src_file, tgt_file, table
+    languages = _line_file_languages(directory, stem)
+    if languages:  # the split exists, a language does not
+        missing, arg = (src_lang, "src_lang") if src_file is None else (tgt_lang, "tgt_lang")
+        raise ValueError(
+            f"`{arg}`={missing!r}: there is no {stem}.{missing} or {stem}.{missing}.gz in {str(directory)!r}; "
+            f"split {stem!r} has the languages {languages}: pass one of those."
+        )
+    available = _split_stems(directory)
+    raise ValueError(
+        f"Split {stem!r} (for `splits` entry {split!r}) does not exist in {str(directory)!r}: no "
+        f"{stem}.{{lang}}[.gz] and no {stem}.tsv/.jsonl file. The directory has the splits {available}: "
+        f"pass `split_names={{{split!r}: <one of those>}}` or leave {split!r} out of `splits`."
+    )
 
 
 def _find_line_file(directory: Path, stem: str, lang: str) -> Path | None:

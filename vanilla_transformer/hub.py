@@ -46,6 +46,8 @@ from huggingface_hub import HfApi, constants
 from huggingface_hub.errors import HfHubHTTPError
 from huggingface_hub.utils import get_token
 
+from .checkpoints import TRAINING_STATE_FILES
+
 
 logger = logging.getLogger(__name__)
 
@@ -70,16 +72,6 @@ TOKENIZER_FILES = (
 )
 RESULTS_NAME = "results.json"
 CARD_NAME = constants.REPOCARD_NAME  # README.md
-# The files of a Trainer checkpoint that describe the training run, not the model (glob patterns): never published,
-# nor copied into an average of checkpoints (averaging.py).
-TRAINING_STATE_FILES = (
-    "optimizer.pt",
-    "scheduler.pt",
-    "scaler.pt",
-    "rng_state*.pth",
-    "trainer_state.json",
-    "training_args.bin",
-)
 # Files and folders of a training run that are never published, and that `prune=True` deletes from the repo when
 # the Trainer's pushes during training put them there (it uploads its whole output_dir but `checkpoint-*`).
 NEVER_PUBLISHED = (

@@ -1,0 +1,364 @@
+"""`vanilla-transformer train`: train the Transformer of "Attention Is All You Need" with the paper's recipe
+(section 5) on the Hugging Face Trainer.
+
+    vanilla-transformer train --config multi30k_en_de_cpu --dataset DATA_DIR         # one CPU, about an hour
+    accelerate launch -m vanilla_transformer.train --config wmt14_en_de_base         # several GPUs or machines
+    python -m vanilla_transformer.train ...  /  python train.py ...  (in a clone)    # the same command
+
+The steps, each a function below or in `vanilla_transformer.training`: parse and check the options
+(`training/arguments.py`), load and check the data (`data.py`), check the output directory, get the shared
+tokenizer (trained on the training split unless given), build the model, tokenize, train
+(`training/trainer.py`, `training/callbacks.py`), then the end-of-run report (`training/report.py`). Every error in
+the options, the preset or the data is found before anything is written, and a person at a command line gets it as
+one line naming the flag (exit status 2; `VANILLA_TRANSFORMER_DEBUG=1` shows the traceback).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import os
+import re
+import shutil
+import sys
+import time
+from pathlib import Path
+
+from .checkpoints import last_checkpoint
+from .training.arguments import (
+    ARGUMENT_CLASSES,
+    CPU_FLOAT32,
+    DataArguments,
+    ModelArguments,
+    RunArguments,
+    TokenizerArguments,
+    parse_args,
+)
+
+
+logger = logging.getLogger("vanilla_transformer.train")
+PROG = "vanilla-transformer train"
+TOKENIZER_SETTINGS = "training_settings.json"  # in OUTPUT_DIR/tokenizer/
+# Parameters of the library functions whose errors the command shows, by the flag that sets them.
+PARAMETER_FLAGS = {"source": "dataset", "config_name": "dataset_config"}
+SPLIT_HINT = re.compile(r"pass `split_names=\{'(\w+)': <one of those>\}` or leave '\w+' out of `splits`")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The command line: exit status 0, or 2 with one line `vanilla-transformer train: error: ...` on stderr."""
+    try:
+        train(argv)
+    except ValueError as error:
+        if os.environ.get("VANILLA_TRANSFORMER_DEBUG"):
+            raise
+        message = " ".join(as_flags(str(error)).split())
+        print(f"{PROG}: error: {message}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def as_flags(message: str) -> str:
+    """A library error as the command line's: option names in backticks become flags (`max_tokens` -> --max_tokens),
+    the data loader's parameters become the flags that set them."""
+    message = SPLIT_HINT.sub(lambda m: f"pass --{m.group(1)}_split <one of those>", message)
+    known = {f.name for cls in ARGUMENT_CLASSES for f in cls.__dataclass_fields__.values()} | {"config"}
+
+    def flag(match: re.Match) -> str:
+        name = PARAMETER_FLAGS.get(match.group(1), match.group(1))
+        return f"--{name}" if name in known else match.group(0)
+
+    return re.sub(r"`(\w+)`", flag, message)
+
+
+def train(argv: list[str] | None = None) -> dict:
+    """Parse `argv` (default `sys.argv[1:]`), train, and return the final model's results (results.json); {} on the
+    processes other than the main one. Errors in the options, the preset or the data are ValueErrors naming the flag,
+    raised before anything is written."""
+    try:
+        return _train(argv)
+    except ValueError as error:
+        raise ValueError(as_flags(str(error))) from error
+
+
+def _train(argv: list[str] | None) -> dict:
+    model_args, data_args, tok_args, run_args, training_args = parse_args(argv)
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
+    from transformers import logging as transformers_logging
+    from transformers import set_seed
+
+    from . import register
+
+    register()
+    transformers_logging.set_verbosity_warning()
+    log_cpu_float32(model_args, data_args, tok_args, run_args, training_args)
+    set_seed(training_args.seed)
+    raw = load_data(data_args)  # checked before anything is written: files, line counts, languages, splits
+    out_dir = Path(training_args.output_dir)
+    prepare_output_dir(out_dir, run_args, training_args)
+    if training_args.push_to_hub:
+        # A missing or invalid token, or a namespace the token cannot write to, fails here, before any training.
+        # The repo and the `hub_revision` branch are created now: the Trainer pushes while training, and it
+        # never creates a branch itself.
+        from .hub import ensure_repo
+
+        ensure_repo(
+            training_args.hub_model_id or out_dir.name,
+            private=bool(training_args.hub_private_repo),
+            revision=training_args.hub_revision,
+            token=training_args.hub_token,
+        )
+    tokenizer = get_tokenizer(tok_args, data_args, raw, training_args)
+    model = build_model(model_args, run_args, tokenizer)
+    tokenized = tokenize(raw, tokenizer, data_args, training_args)
+    trainer = build_trainer(model, tokenizer, tokenized, training_args, run_args)
+    started = time.perf_counter()
+    train_result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    train_seconds = time.perf_counter() - started
+    trainer.save_model()  # final model + tokenizer + generation config, ready for from_pretrained
+    trainer.save_state()
+    if not trainer.is_world_process_zero():
+        return {}
+    from .training.report import write_report
+
+    options = (model_args, data_args, run_args)
+    return write_report(trainer, tokenizer, raw, tokenized["train"], options, train_result, train_seconds)
+
+
+def log_cpu_float32(model_args, data_args, tok_args, run_args, training_args) -> None:
+    """Say that the preset's `cpu_float32` options apply, and which of them the command line changed."""
+    if not training_args.preset_cpu_float32:
+        return
+    used = {k: getattr(a, k) for a in (model_args, data_args, tok_args, run_args, training_args) for k in vars(a)}
+    changed = {k: used[k] for k, v in training_args.preset_cpu_float32.items() if used[k] != v}
+    logger.info(
+        "Training in float32 on a CPU (%s): the preset's %r options apply where the command line does not set them: "
+        "%s%s",
+        training_args.precision_reason,
+        CPU_FLOAT32,
+        training_args.preset_cpu_float32,
+        f"; the command line sets {changed}" if changed else "",
+    )
+
+
+def load_data(data_args: DataArguments):
+    """The train, validation and (if any) test splits as source/target pairs (`data.load_parallel_corpus`)."""
+    from .data import load_parallel_corpus
+
+    splits = {"train": data_args.train_split, "validation": data_args.validation_split}
+    if data_args.test_split:
+        splits["test"] = data_args.test_split
+    raw = load_parallel_corpus(
+        data_args.dataset,
+        data_args.src_lang,
+        data_args.tgt_lang,
+        splits=tuple(splits),
+        split_names=splits,
+        config_name=data_args.dataset_config,
+        src_column=data_args.src_column,
+        tgt_column=data_args.tgt_column,
+    )
+    if data_args.max_train_samples:
+        raw["train"] = raw["train"].select(range(min(data_args.max_train_samples, len(raw["train"]))))
+    return raw
+
+
+def build_model(model_args: ModelArguments, run_args: RunArguments, tokenizer):
+    """A fresh model of the preset's sizes (or `init_from`'s), checked against the tokenizer, with the run's decoding
+    in its generation config (set before training: checkpoints, evaluations and the averaged model use it)."""
+    from .modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
+    from .tokenization import check_tokenizer_fits_model
+
+    if model_args.init_from:
+        model = VanillaTransformerForConditionalGeneration.from_pretrained(model_args.init_from)
+    else:
+        model = VanillaTransformerForConditionalGeneration(build_config(model_args, tokenizer))
+    check_tokenizer_fits_model(tokenizer, model.config)
+    if run_args.length_penalty is not None:
+        model.generation_config.length_penalty = run_args.length_penalty
+    if run_args.num_beams is not None:
+        model.generation_config.num_beams = run_args.num_beams
+    logger.info(
+        "Model: %s preset, %s parameters, %s",
+        model_args.preset,
+        f"{model.num_parameters():,}",
+        model.config.to_diff_dict(),
+    )
+    return model
+
+
+def tokenize(raw, tokenizer, data_args: DataArguments, training_args):
+    """Token ids, filtered by length (the training split only: validation pairs are never dropped silently)."""
+    from datasets import DatasetDict
+
+    from .data import tokenize_corpus
+
+    with training_args.main_process_first(desc="tokenizing"):
+        tokenized = tokenize_corpus(
+            DatasetDict(train=raw["train"], validation=raw["validation"]),
+            tokenizer,
+            max_length=data_args.max_length,
+            max_length_ratio=data_args.max_length_ratio,
+            num_proc=data_args.preprocessing_num_workers,
+        )
+    if data_args.max_eval_samples:
+        validation = tokenized["validation"]
+        tokenized["validation"] = validation.select(range(min(data_args.max_eval_samples, len(validation))))
+    return tokenized
+
+
+def build_trainer(model, tokenizer, tokenized, training_args, run_args: RunArguments):
+    """The trainer, with the time limit, its cool-down planner and its progress bar when the run is timed."""
+    from transformers import DataCollatorForSeq2Seq, ProgressCallback
+
+    from .training.callbacks import CooldownPlanner, TimeLimit, TimeLimitProgressCallback
+    from .training.trainer import VanillaTransformerTrainer
+
+    limit = TimeLimit(run_args.max_train_minutes) if run_args.max_train_minutes else None
+    trainer = VanillaTransformerTrainer(
+        model=model,
+        args=training_args,
+        train_dataset=tokenized["train"],
+        eval_dataset=tokenized["validation"],
+        processing_class=tokenizer,
+        # Without `model=`: the model builds the decoder input from the labels itself, on the device.
+        data_collator=DataCollatorForSeq2Seq(
+            tokenizer, label_pad_token_id=-100, pad_to_multiple_of=training_args.pad_to_multiple_of
+        ),
+        callbacks=[limit, CooldownPlanner(limit)] if limit else None,
+    )
+    if limit and trainer.pop_callback(ProgressCallback):  # the progress bar counts the time limit, not max_steps
+        trainer.add_callback(TimeLimitProgressCallback(limit))
+    return trainer
+
+
+def build_config(model_args: ModelArguments, tokenizer):
+    """The model's config: the preset's sizes (Table 3), the overrides given, and the tokenizer's vocabulary."""
+    from .configuration_vanilla_transformer import VanillaTransformerConfig
+
+    overrides = {
+        "d_model": model_args.d_model,
+        # The paper stacks N layers in each (section 3.1); Marian and BART let the two counts differ, and so do we.
+        "encoder_layers": model_args.encoder_layers if model_args.encoder_layers is not None else model_args.layers,
+        "decoder_layers": model_args.decoder_layers if model_args.decoder_layers is not None else model_args.layers,
+        "encoder_attention_heads": model_args.heads,
+        "decoder_attention_heads": model_args.heads,
+        "encoder_ffn_dim": model_args.ffn_dim,
+        "decoder_ffn_dim": model_args.ffn_dim,
+        "dropout": model_args.dropout,
+        "attention_dropout": model_args.attention_dropout,
+        "activation_dropout": model_args.activation_dropout,
+        "position_embedding_type": model_args.position_embedding_type,
+        "normalize_before": model_args.normalize_before,
+        "attention_bias": model_args.attention_bias,
+        "max_position_embeddings": model_args.max_position_embeddings,
+    }
+    overrides = {k: v for k, v in overrides.items() if v is not None}
+    return VanillaTransformerConfig.from_preset(
+        model_args.preset,
+        vocab_size=len(tokenizer),
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        decoder_start_token_id=tokenizer.bos_token_id,
+        **overrides,
+    )
+
+
+def prepare_output_dir(out_dir: Path, run_args: RunArguments, training_args) -> None:
+    """Refuse to mix two runs in one directory: an earlier run's `checkpoint-*` would be averaged with this run's and
+    its tokenizer reused. A non-empty directory is taken only to resume, or emptied with --overwrite_output_dir.
+    Checked by the main process before any process writes there."""
+    with training_args.main_process_first(desc="checking the output directory", local=False):
+        if training_args.process_index != 0 or training_args.resume_from_checkpoint or not out_dir.is_dir():
+            return
+        entries = sorted(p.name for p in out_dir.iterdir())
+        if not entries:
+            return
+        if not run_args.overwrite_output_dir:
+            listing = ", ".join(entries[:6]) + (", ..." if len(entries) > 6 else "")
+            raise ValueError(
+                f"`output_dir` {str(out_dir)!r} is not empty ({listing}): continue that run with "
+                f"`resume_from_checkpoint` true, replace it with `overwrite_output_dir`, or choose another `output_dir`."
+            )
+        # Only a directory this script wrote is emptied: a mistyped --output_dir must not delete someone's files.
+        written_by_a_run = ("trainer_state.json", "results.json", "tokenizer")
+        if last_checkpoint(str(out_dir)) is None and not any((out_dir / name).exists() for name in written_by_a_run):
+            raise ValueError(
+                f"`overwrite_output_dir`: {str(out_dir)!r} does not look like an output directory of a training run (no "
+                f"checkpoint, tokenizer/, trainer_state.json or results.json), so it is not emptied: remove it "
+                f"yourself or choose another `output_dir`."
+            )
+        logger.warning("--overwrite_output_dir: deleting the earlier run in %s (%s).", out_dir, ", ".join(entries))
+        for name in entries:
+            path = out_dir / name
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
+
+
+def tokenizer_settings(tok_args: TokenizerArguments, data_args: DataArguments) -> dict:
+    """What a trained tokenizer depends on: stored beside it, and compared when a run finds one in its directory."""
+    local = Path(data_args.dataset).exists()
+    return {
+        "vocab_size": tok_args.vocab_size,
+        "min_frequency": tok_args.min_frequency,
+        "dataset": str(Path(data_args.dataset).resolve()) if local else data_args.dataset,
+        "dataset_config": data_args.dataset_config,
+        "train_split": data_args.train_split,
+        "src_lang": data_args.src_lang,
+        "tgt_lang": data_args.tgt_lang,
+        "src_column": data_args.src_column,
+        "tgt_column": data_args.tgt_column,
+        "max_train_samples": data_args.max_train_samples,
+    }
+
+
+def get_tokenizer(tok_args: TokenizerArguments, data_args: DataArguments, raw, training_args):
+    """The tokenizer given (`tokenizer`), or the run's own: trained on the training split (section 5.1), or found in
+    OUTPUT_DIR/tokenizer when it was trained with the same settings (a resumed run)."""
+    from .tokenization import load_tokenizer, train_tokenizer
+
+    if tok_args.tokenizer is not None:
+        return load_tokenizer(tok_args.tokenizer)
+    # Section 5.1: one vocabulary shared by source and target, learned on the training data only. Trained by the
+    # main process and read back by the others, so that every process has the same one.
+    tok_dir = Path(training_args.output_dir) / "tokenizer"
+    settings = tokenizer_settings(tok_args, data_args)
+    with training_args.main_process_first(desc="training the tokenizer"):
+        if (tok_dir / "tokenizer.json").is_file():
+            saved_path = tok_dir / TOKENIZER_SETTINGS
+            saved = json.loads(saved_path.read_text()) if saved_path.is_file() else None
+            if saved is None:
+                logger.warning(
+                    "%s has no %s: cannot check that it was trained as this run asks.", tok_dir, TOKENIZER_SETTINGS
+                )
+            elif saved != settings:
+                changed = sorted(k for k in settings.keys() | saved.keys() if settings.get(k) != saved.get(k))
+                raise ValueError(
+                    f"The tokenizer of this run ({tok_dir}) was trained with "
+                    f"{', '.join(f'{k}={saved.get(k)!r}' for k in changed)}, but this run asks for "
+                    f"{', '.join(f'{k}={settings.get(k)!r}' for k in changed)}: resume with the run's settings, or "
+                    f"train into another --output_dir (or --overwrite_output_dir)."
+                )
+            logger.info(
+                "Using the tokenizer of this run in %s (trained by the main process, or before a resume).", tok_dir
+            )
+        elif training_args.process_index == 0:
+            train = raw["train"]
+            tokenizer = train_tokenizer(
+                itertools.chain(train["source"], train["target"]),
+                vocab_size=tok_args.vocab_size,
+                min_frequency=tok_args.min_frequency,
+            )
+            tokenizer.save_pretrained(tok_dir)
+            (tok_dir / TOKENIZER_SETTINGS).write_text(json.dumps(settings, indent=2) + "\n")
+            logger.info(
+                "Trained a shared BPE tokenizer of %d tokens on %d pairs -> %s", len(tokenizer), len(train), tok_dir
+            )
+    return load_tokenizer(str(tok_dir))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

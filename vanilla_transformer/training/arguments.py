@@ -1,0 +1,658 @@
+"""The options of `vanilla-transformer train`, and how a command line and a preset become them.
+
+Five dataclasses, parsed by transformers' `HfArgumentParser` (as `run_translation.py` does): the model
+(`ModelArguments`), the data (`DataArguments`), the tokenizer (`TokenizerArguments`), the run's own
+(`RunArguments`: decoding, time limit, averaging, output) and `VanillaTrainingArguments`, the Trainer's
+`Seq2SeqTrainingArguments` re-defaulted to the paper's recipe (section 5) with the few fields it lacks. Each validates
+itself in `__post_init__`; `parse_args` adds what needs more than one of them, and the preset (`--config NAME` or a
+JSON file). `--help` lists the recipe's options in groups; `--help-all` adds the Trainer's ~110 others, still accepted.
+docs/training.md explains every option group.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import json
+import logging
+import math
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+
+import torch
+from transformers import HfArgumentParser, Seq2SeqTrainingArguments
+
+from ..checkpoints import last_checkpoint
+from ..precision import bf16_support
+
+
+logger = logging.getLogger(__name__)
+
+PRESETS_DIR = Path(__file__).resolve().parent.parent / "configs"  # shipped in the wheel
+MODEL_PRESETS = (
+    "small",
+    "base",
+    "big",
+)  # configuration_vanilla_transformer.PRESETS (not imported: no model code here)
+# A preset's key for options that replace its own when the run trains in float32 on a CPU (`bf16: "auto"` on a CPU
+# without native bfloat16, or bf16 off): the hour then holds ~3x fewer updates, and a short run wants other settings.
+CPU_FLOAT32 = "cpu_float32"
+LR_SCHEDULES = ("noam", "trainer")
+
+
+def check_positive_int(name: str, value, *, allow_none: bool = False, allow_zero: bool = False) -> None:
+    """ValueError naming `name` unless `value` is an integer of at least 1 (0 with `allow_zero`; None with
+    `allow_none`): the one copy of this check for the count options. Messages name fields in backticks, which the
+    command line shows as flags (`train.as_flags`)."""
+    if value is None and allow_none:
+        return
+    minimum = 0 if allow_zero else 1
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        none = " or None" if allow_none else ""
+        raise ValueError(f"`{name}` must be at least {minimum} (an integer{none}), got {value!r}.")
+
+
+def check_fraction(name: str, value, why: str) -> None:
+    """ValueError naming `name` unless 0 <= value < 1."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 <= value < 1.0:
+        raise ValueError(f"`{name}` must be in [0, 1), got {value!r} ({why}).")
+
+
+@dataclass
+class ModelArguments:
+    _argument_group_name = "model (the paper's Table 3 sizes; every other field is an override)"
+
+    preset: str = field(default="small", metadata={"help": f"Model size: one of {list(MODEL_PRESETS)}."})
+    init_from: str | None = field(
+        default=None, metadata={"help": "Start from this checkpoint (path or Hub id) instead of a fresh model."}
+    )
+    d_model: int | None = field(default=None, metadata={"help": "Override the preset's d_model."})
+    layers: int | None = field(default=None, metadata={"help": "Override N, the encoder and decoder layer count."})
+    encoder_layers: int | None = field(
+        default=None, metadata={"help": "Override the encoder's layer count alone (wins over --layers; paper: N)."}
+    )
+    decoder_layers: int | None = field(
+        default=None, metadata={"help": "Override the decoder's layer count alone (wins over --layers; paper: N)."}
+    )
+    heads: int | None = field(default=None, metadata={"help": "Override h, the attention head count."})
+    ffn_dim: int | None = field(default=None, metadata={"help": "Override d_ff."})
+    dropout: float | None = field(default=None, metadata={"help": "Override P_drop (residual dropout)."})
+    attention_dropout: float | None = field(
+        default=None, metadata={"help": "Dropout on attention weights (paper: 0)."}
+    )
+    activation_dropout: float | None = field(default=None, metadata={"help": "Dropout inside the FFN (paper: 0)."})
+    position_embedding_type: str | None = field(default=None, metadata={"help": "'sinusoidal' (paper) or 'learned'."})
+    normalize_before: bool | None = field(default=None, metadata={"help": "Pre-norm variant (paper: post-norm)."})
+    attention_bias: bool | None = field(default=None, metadata={"help": "Biases in the attention projections."})
+    max_position_embeddings: int | None = field(default=None, metadata={"help": "Learned position table size."})
+
+    def __post_init__(self):
+        if self.preset not in MODEL_PRESETS:
+            raise ValueError(f"`preset` {self.preset!r} does not exist: choose one of {list(MODEL_PRESETS)}.")
+        for name in ("d_model", "layers", "encoder_layers", "decoder_layers", "heads", "ffn_dim"):
+            check_positive_int(name, getattr(self, name), allow_none=True)
+        for name in ("dropout", "attention_dropout", "activation_dropout"):
+            if getattr(self, name) is not None:
+                check_fraction(name, getattr(self, name), "a dropout probability")
+
+
+@dataclass
+class DataArguments:
+    _argument_group_name = "data (docs/training.md: the formats)"
+
+    dataset: str = field(
+        default="../shared/data/multi30k",
+        metadata={
+            "help": "Directory of {split}.{lang}[.gz] files, a TSV/JSONL file or directory, a save_to_disk "
+            "directory, or a Hub dataset id with a `translation` column (e.g. wmt14)."
+        },
+    )
+    dataset_config: str | None = field(default=None, metadata={"help": "Hub dataset configuration, e.g. 'de-en'."})
+    src_lang: str = field(default="en", metadata={"help": "Source language code."})
+    tgt_lang: str = field(default="de", metadata={"help": "Target language code."})
+    train_split: str = field(default="train", metadata={"help": "Name of the training split in the data."})
+    validation_split: str = field(default="val", metadata={"help": "Name of the validation split in the data."})
+    test_split: str | None = field(
+        default="test_2016_flickr", metadata={"help": "Test split, translated once at the end ('' = none)."}
+    )
+    src_column: str | None = field(default=None, metadata={"help": "Source column of a table without `translation`."})
+    tgt_column: str | None = field(default=None, metadata={"help": "Target column of a table without `translation`."})
+    max_length: int = field(default=128, metadata={"help": "Longest training pair kept, tokens per side."})
+    max_length_ratio: float | None = field(
+        default=2.5, metadata={"help": "Longest accepted length ratio of a training pair."}
+    )
+    max_train_samples: int | None = field(default=None, metadata={"help": "Use only the first N training pairs."})
+    max_eval_samples: int | None = field(
+        default=None, metadata={"help": "Evaluate during training on the first N validation pairs (speed)."}
+    )
+    preprocessing_num_workers: int | None = field(default=None, metadata={"help": "Processes for tokenization."})
+
+    def __post_init__(self):
+        self.test_split = self.test_split or None
+        check_positive_int("max_length", self.max_length)
+        for name in ("max_train_samples", "max_eval_samples", "preprocessing_num_workers"):
+            check_positive_int(name, getattr(self, name), allow_none=True)
+        if self.max_length_ratio is not None and not self.max_length_ratio >= 1:
+            raise ValueError(f"`max_length_ratio` must be at least 1, got {self.max_length_ratio!r}.")
+
+
+@dataclass
+class TokenizerArguments:
+    _argument_group_name = "tokenizer (section 5.1: one BPE vocabulary shared by both languages)"
+
+    tokenizer: str | None = field(
+        default=None,
+        metadata={"help": "Path or Hub id of a tokenizer; by default one is trained on the training split."},
+    )
+    vocab_size: int = field(default=8000, metadata={"help": "Shared vocabulary size of a trained tokenizer."})
+    min_frequency: int = field(default=2, metadata={"help": "Minimum pair frequency for a BPE merge."})
+
+    def __post_init__(self):
+        check_positive_int("vocab_size", self.vocab_size)
+        check_positive_int("min_frequency", self.min_frequency)
+
+
+@dataclass
+class RunArguments:
+    average_last: int = field(
+        default=0,
+        metadata={
+            "help": "Average the last K checkpoints at the end (paper: 5 base, 20 big); 0 = off. With a learning-rate "
+            "cool-down, only checkpoints written during it (fewer than K if fewer were)."
+        },
+    )
+    length_penalty: float | None = field(
+        default=None,
+        metadata={
+            "help": "Length penalty alpha of beam search, saved in the model's generation config (validation and "
+            "test BLEU use it, and so do the model's users). None: section 6.1's 0.6."
+        },
+    )
+    num_beams: int | None = field(
+        default=None,
+        metadata={"help": "Beam size, saved in the model's generation config like --length_penalty. None: 4."},
+    )
+    test_batch_size: int = field(default=64, metadata={"help": "Sentences per batch for the final test translation."})
+    plots: bool = field(default=True, metadata={"help": "Write PNG plots of loss, learning rate and BLEU."})
+    max_train_minutes: float | None = field(
+        default=None,
+        metadata={
+            "help": "Stop training (with a final checkpoint) after this many minutes of wall-clock time, even "
+            "before max_steps: 'train for about an hour' on a CPU. The schedule does not depend on max_steps."
+        },
+    )
+    overwrite_output_dir: bool = field(
+        default=False,
+        metadata={
+            "help": "Train into an --output_dir that holds an earlier run: its contents are deleted first. "
+            "Without it, a non-empty --output_dir is an error unless --resume_from_checkpoint is given."
+        },
+    )
+
+    def __post_init__(self):
+        check_positive_int("average_last", self.average_last, allow_zero=True)
+        check_positive_int("num_beams", self.num_beams, allow_none=True)
+        check_positive_int("test_batch_size", self.test_batch_size)
+        if self.length_penalty is not None and not math.isfinite(self.length_penalty):
+            raise ValueError(f"`length_penalty` must be a finite number, got {self.length_penalty!r}.")
+        if self.max_train_minutes is not None and not self.max_train_minutes > 0:
+            raise ValueError(f"`max_train_minutes` must be positive, got {self.max_train_minutes!r}.")
+
+
+@dataclass
+class VanillaTrainingArguments(Seq2SeqTrainingArguments):
+    """`Seq2SeqTrainingArguments` with the paper's defaults (section 5) and the recipe's own fields.
+
+    Re-defaulted (each can still be overridden): `adam_beta1=0.9`, `adam_beta2=0.98`, `adam_epsilon=1e-9`,
+    `weight_decay=0.0` (with the default `optim="adamw_torch_fused"`, the Trainer's fused AdamW is then the paper's
+    Adam), `max_grad_norm=0.0` (no clipping), `warmup_steps=4000`, `label_smoothing_factor=0.1` (section 5.4; the
+    model computes the smoothed loss, see `VanillaTransformerTrainer.compute_loss`), `predict_with_generate=True`,
+    `metric_for_best_model="bleu"` and `ddp_find_unused_parameters=False`. The learning rate follows `lr_schedule`:
+    "noam" (the paper's, `schedule.NoamLR`, which has no use for `learning_rate` and `lr_scheduler_type`) or "trainer"
+    (the stock schedule `lr_scheduler_type` with `learning_rate`).
+    """
+
+    lr_schedule: str = field(
+        default="noam",
+        metadata={
+            "help": "noam: the paper's schedule (section 5.3, eq. 3: warm-up, then decay with the inverse square root "
+            "of the step; peak lr_factor * (d_model * warmup_steps)^-0.5); trainer: the Trainer's "
+            "--lr_scheduler_type with --learning_rate instead.",
+            "choices": LR_SCHEDULES,
+        },
+    )
+    lr_factor: float = field(
+        default=1.0,
+        metadata={"help": "Constant multiplier of the paper's learning-rate schedule (1.0 in the paper)."},
+    )
+    lr_cooldown: float = field(
+        default=0.0,
+        metadata={
+            "help": "Fraction of the run at its end over which the learning rate falls linearly to zero (a departure "
+            "from the paper's schedule, whose decay never ends; 0 = none, the paper). The run's length is `max_steps` "
+            "or, with a time limit (`max_train_minutes`), the time: the cool-down then starts when that "
+            "fraction of the time is left, and its last update is estimated from the recent updates per second."
+        },
+    )
+    max_tokens: int | None = field(
+        default=4096,
+        metadata={
+            "help": "Token budget of a training batch per process (max of source and target tokens, padding "
+            "included; the paper's batches hold ~25000 source + 25000 target tokens over 8 GPUs). None: batches "
+            "of `per_device_train_batch_size` sentences instead."
+        },
+    )
+    max_sentences: int | None = field(
+        default=None, metadata={"help": "Optional cap on the number of sentences in a token-based batch."}
+    )
+    subword_split: float = field(
+        default=0.0,
+        metadata={
+            "help": "Probability of undoing each BPE merge of a training sentence's tokens, source and target, drawn "
+            "anew for every batch (subword_split.py: a seeded variant of BPE-dropout, Provilkov et al. 2020; not in "
+            "the paper). Split sentences are longer, which `max_tokens` does not count: it budgets the deterministic "
+            "encoding. 0 = off (the paper)."
+        },
+    )
+    bidirectional_steps: int = field(
+        default=0,
+        metadata={
+            "help": "Updates at the start of training whose batches are reversed with probability 1/2 (target -> "
+            "source; bidirectional training, BiT, Ding et al. 2021, whose early stage is 1/3 of the updates; not in "
+            "the paper). Needs the shared vocabulary (sections 5.1, 3.4). 0 = off (the paper)."
+        },
+    )
+    pad_to_multiple_of: int | None = field(
+        default=None,
+        metadata={
+            "help": "Pad batches to a multiple of this many tokens (the collator) and count that padding in the "
+            "token budget. 8 suits GPU tensor cores and bounds the shapes `torch_compile` sees; on a CPU it is only "
+            "extra work (Multi30k batches: 21 in 100 tokens padding instead of 4). None: pad to the longest sequence."
+        },
+    )
+
+    # The paper's values for fields of TrainingArguments (a dataclass field redeclared in a subclass keeps its
+    # place and takes the new default).
+    adam_beta1: float = field(default=0.9, metadata={"help": "Adam beta1 (section 5.3: 0.9)."})
+    adam_beta2: float = field(default=0.98, metadata={"help": "Adam beta2 (section 5.3: 0.98)."})
+    adam_epsilon: float = field(default=1e-9, metadata={"help": "Adam epsilon (section 5.3: 1e-9)."})
+    weight_decay: float = field(default=0.0, metadata={"help": "L2 weight decay of Adam (the paper uses none)."})
+    max_grad_norm: float = field(default=0.0, metadata={"help": "Gradient clipping norm; 0 = none (paper)."})
+    warmup_steps: float = field(default=4000, metadata={"help": "Warm-up updates (section 5.3: 4000)."})
+    label_smoothing_factor: float = field(
+        default=0.1,
+        metadata={
+            "help": "Label smoothing epsilon (section 5.4: 0.1; 0 = plain cross-entropy), computed by the model's loss."
+        },
+    )
+    predict_with_generate: bool = field(default=True, metadata={"help": "Evaluate BLEU on beam-search translations."})
+    metric_for_best_model: str | None = field(
+        default="bleu", metadata={"help": "The metric that selects the best checkpoint (validation BLEU)."}
+    )
+    ddp_find_unused_parameters: bool | None = field(
+        default=False,
+        metadata={"help": "Every parameter gets a gradient in every step, so DDP need not search for unused ones."},
+    )
+    # Mixed precision: `bf16` also takes "auto" (the presets' value), resolved in __post_init__ to a bool.
+    bf16: str = field(
+        default="false",
+        metadata={
+            "help": "bfloat16 mixed precision (autocast; float32 master weights, Adam state and loss): true, false, or "
+            "auto = on where the hardware has bfloat16 natively (a CUDA GPU with bfloat16; a CPU with AVX512_BF16 or "
+            "AMX), off elsewhere. The log and results.json say which was used and why.",
+            "nargs": "?",
+            "const": "true",
+        },
+    )
+    logging_nan_inf_filter: bool = field(
+        default=False,
+        metadata={
+            "help": "Skip NaN/inf losses in the logged training loss. Off: the check reads the loss on the host after "
+            "every micro-batch, a GPU sync and a break in compiled graphs."
+        },
+    )
+
+    def __post_init__(self):
+        self._resolve_bf16()
+        super().__post_init__()
+        check_fraction("label_smoothing_factor", self.label_smoothing_factor, "the paper uses 0.1")
+        if self.lr_schedule not in LR_SCHEDULES:
+            raise ValueError(f"`lr_schedule` must be one of {list(LR_SCHEDULES)}, got {self.lr_schedule!r}.")
+        if not self.lr_factor > 0:
+            raise ValueError(f"`lr_factor` must be positive, got {self.lr_factor!r} (the paper's schedule has 1.0).")
+        check_fraction(
+            "lr_cooldown", self.lr_cooldown, "a fraction of the run; 0 = the paper's schedule, no cool-down"
+        )
+        if self.lr_cooldown and self.lr_schedule != "noam":
+            raise ValueError(
+                f"`lr_cooldown` belongs to the paper's schedule (`lr_schedule`='noam'), not to the Trainer's "
+                f"{self.lr_scheduler_type!r}: pick that schedule's own decay instead."
+            )
+        check_positive_int("max_tokens", self.max_tokens, allow_none=True)
+        check_positive_int("max_sentences", self.max_sentences, allow_none=True)
+        check_fraction("subword_split", self.subword_split, "0 = off; BPE-dropout's paper uses 0.1")
+        check_positive_int("bidirectional_steps", self.bidirectional_steps, allow_zero=True)
+        check_positive_int("pad_to_multiple_of", self.pad_to_multiple_of, allow_none=True)
+
+    def _resolve_bf16(self) -> None:
+        """`bf16` as a bool (the Trainer's type), from True/False, "true"/"false" or "auto"; `precision_reason` says
+        why, for the log and results.json. Runs before the Trainer's own `__post_init__`, which reads `bf16`."""
+        value = self.bf16
+        if isinstance(value, str):
+            word = value.strip().lower()
+            if word == "auto":
+                if self.fp16:
+                    self.bf16, self.precision_reason = False, "fp16 asked for"
+                    return
+                native, reason = bf16_support(self._training_device_type())
+                self.bf16, self.precision_reason = native, f"bf16=auto: {reason}"
+                return
+            if word not in ("true", "false", "yes", "no", "1", "0"):
+                raise ValueError(f"`bf16` must be true, false or auto, got {value!r}.")
+            value = word in ("true", "yes", "1")
+        self.bf16 = bool(value)
+        self.precision_reason = "bf16 asked for" if self.bf16 else ("fp16 asked for" if self.fp16 else "float32")
+        if self.bf16:
+            native, reason = bf16_support(self._training_device_type())
+            if not native:
+                logger.warning("bf16 asked for, but %s.", reason)
+
+    def _training_device_type(self) -> str:
+        # The device the Trainer will pick, known before `TrainingArguments.__post_init__` sets it up.
+        accelerator = torch.accelerator.current_accelerator()
+        return "cpu" if self.use_cpu or accelerator is None else accelerator.type
+
+
+ARGUMENT_CLASSES = (ModelArguments, DataArguments, TokenizerArguments, RunArguments, VanillaTrainingArguments)
+
+# What `--help` shows of VanillaTrainingArguments (the recipe's options and the run's), by group and in this order;
+# the Trainer's other fields are listed by `--help-all` and accepted either way.
+HELP_GROUPS = {
+    "recipe (section 5; docs/model.md lists every departure from the paper)": (
+        "max_tokens",
+        "max_sentences",
+        "gradient_accumulation_steps",
+        "lr_schedule",
+        "warmup_steps",
+        "lr_factor",
+        "lr_cooldown",
+        "label_smoothing_factor",
+        "adam_beta1",
+        "adam_beta2",
+        "adam_epsilon",
+        "subword_split",
+        "bidirectional_steps",
+        "bf16",
+        "fp16",
+        "torch_compile",
+        "pad_to_multiple_of",
+        "learning_rate",
+        "lr_scheduler_type",
+    ),
+    "decoding (the model's generation config, and evaluation)": (
+        "num_beams",
+        "length_penalty",
+        "test_batch_size",
+        "per_device_eval_batch_size",
+        "max_eval_samples",
+    ),
+    "run and output": (
+        "output_dir",
+        "max_steps",
+        "num_train_epochs",
+        "max_train_minutes",
+        "eval_strategy",
+        "eval_steps",
+        "eval_on_start",
+        "save_strategy",
+        "save_steps",
+        "save_total_limit",
+        "average_last",
+        "logging_steps",
+        "report_to",
+        "plots",
+        "seed",
+        "resume_from_checkpoint",
+        "overwrite_output_dir",
+        "use_cpu",
+        "dataloader_num_workers",
+        "push_to_hub",
+        "hub_model_id",
+        "hub_private_repo",
+    ),
+}
+# Options of the Trainer that this recipe replaces: given with the paper's schedule or token batches, they would be
+# silently ignored, so they are refused, naming what to use instead.
+IGNORED_UNLESS = {
+    "learning_rate": (
+        lambda a: a.lr_schedule == "noam",
+        "the paper's schedule (`lr_schedule` noam) sets the rate: "
+        "use `lr_factor`, or `lr_schedule` trainer to use `learning_rate`",
+    ),
+    "lr_scheduler_type": (
+        lambda a: a.lr_schedule == "noam",
+        "it names a stock schedule, used only with `lr_schedule` trainer",
+    ),
+    "per_device_train_batch_size": (
+        lambda a: a.max_tokens is not None,
+        "batches hold about `max_tokens` tokens: "
+        "set `max_tokens`, or `max_tokens` none for batches of this many sentences",
+    ),
+}
+
+
+class HelpFormatter(argparse.HelpFormatter):
+    """One spelling per option (`--max_tokens N`; the `--max-tokens` alias still parses), and the default only where
+    there is one."""
+
+    def _format_action_invocation(self, action):
+        if not action.option_strings:
+            return super()._format_action_invocation(action)
+        if action.nargs == 0:
+            return ", ".join(action.option_strings)
+        return (
+            f"{action.option_strings[0]} {self._format_args(action, self._get_default_metavar_for_optional(action))}"
+        )
+
+    def _get_help_string(self, action):
+        help_text = action.help or ""
+        if action.default not in (None, False, "", argparse.SUPPRESS) and action.option_strings:
+            default = action.default.value if hasattr(action.default, "value") else action.default
+            help_text += f" (default: {default})"
+        return help_text
+
+
+class ArgumentParser(HfArgumentParser):
+    """`HfArgumentParser` whose errors are one line naming the flag (no usage block), with a did-you-mean."""
+
+    def error(self, message: str):
+        raise ValueError(message)
+
+
+def preset_path(config: str) -> Path:
+    """The JSON file of `--config`: a shipped preset by name (`multi30k_en_de_cpu`), or a file."""
+    path = Path(config)
+    if path.is_file():
+        return path
+    shipped = PRESETS_DIR / f"{path.name.removesuffix('.json')}.json"
+    if (
+        shipped.is_file()
+        and (path.suffix in ("", ".json"))
+        and (len(path.parts) == 1 or path.parent.name == "configs")
+    ):
+        return shipped  # a name, or the repository's old `configs/NAME.json`
+    names = ", ".join(shipped_presets())
+    raise ValueError(f"`config` {config!r} does not exist: it is neither a shipped preset ({names}) nor a JSON file.")
+
+
+def shipped_presets() -> list[str]:
+    return sorted(p.stem for p in PRESETS_DIR.glob("*.json"))
+
+
+def read_preset(config: str, known: set[str]) -> tuple[dict, dict]:
+    """(options, cpu_float32 options) of a preset file; an unknown key is an error with a did-you-mean."""
+    path = preset_path(config)
+    try:
+        options = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as error:
+        raise ValueError(f"`config` {str(path)!r} is not valid JSON ({error}).") from None
+    if not isinstance(options, dict):
+        raise ValueError(f"`config` {str(path)!r} must hold a JSON object of options.")
+    cpu_float32 = options.pop(CPU_FLOAT32, {})
+    if not isinstance(cpu_float32, dict):
+        raise ValueError(f"`config` {str(path)!r}: {CPU_FLOAT32!r} must be an object of options, got {cpu_float32!r}.")
+    precision = {"bf16", "fp16", "use_cpu"}  # they decide whether the cpu_float32 options apply
+    for key in sorted(set(cpu_float32) & precision):
+        raise ValueError(
+            f"`config` {str(path)!r}: {key!r} in {CPU_FLOAT32!r}: the precision options cannot be set there (they "
+            f"decide whether those options apply)."
+        )
+    for where, keys, allowed in (("", options, known), (f" in {CPU_FLOAT32!r}", cpu_float32, known)):
+        for key in sorted(set(keys) - allowed):
+            raise ValueError(
+                f"`config` {str(path)!r}: unknown option {key!r}{where}{did_you_mean(key, allowed) or '.'}"
+            )
+    return options, cpu_float32
+
+
+def did_you_mean(name: str, candidates) -> str:
+    close = difflib.get_close_matches(name, list(candidates), n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
+def build_parser(show_all: bool = False) -> ArgumentParser:
+    """The parser of `train`: the recipe's options in groups; with `show_all`, the Trainer's others in a last group
+    (they are accepted either way)."""
+    parser = ArgumentParser(
+        ARGUMENT_CLASSES,
+        prog="vanilla-transformer train",
+        usage="vanilla-transformer train [--config PRESET] [--dataset DATA] [--output_dir DIR] [OPTIONS]",
+        description="Train the Transformer of 'Attention Is All You Need' with the paper's recipe (section 5) on the "
+        "Hugging Face Trainer. Options given on the command line win over the preset's.",
+        epilog="Presets shipped: " + ", ".join(shipped_presets()) + ". `--config PRESET --help` shows the preset's "
+        "values as the defaults. docs/training.md explains every option group.",
+        allow_abbrev=False,
+        formatter_class=HelpFormatter,
+    )
+    general = parser._action_groups[1]  # argparse's "options": -h and VanillaTrainingArguments' fields
+    parser.add_argument("--config", default=None, metavar="PRESET", help="A shipped preset by name, or a JSON file.")
+    parser.add_argument("--help-all", action="store_true", help="Show the Trainer's other options too, and exit.")
+    by_dest = {action.dest: action for action in general._group_actions}
+    first_own = parser._action_groups.index(general) + 1
+    # Regroup the Trainer's actions for display (argparse keeps the groups' lists in these private attributes).
+    for position, (title, names) in enumerate(HELP_GROUPS.items()):
+        group = parser.add_argument_group(title)
+        for name in names:
+            action = by_dest.get(name) or next(a for a in parser._actions if a.dest == name)
+            for other in parser._action_groups:
+                if action in other._group_actions:
+                    other._group_actions.remove(action)
+            group._group_actions.append(action)
+        parser._action_groups.remove(group)
+        parser._action_groups.insert(first_own + 3 + position, group)  # after model, data, tokenizer
+    for action in parser._actions:
+        if any(flag.startswith("--no_") for flag in action.option_strings):
+            action.help = argparse.SUPPRESS  # `--no_plots`: `--plots false` says the same
+    keep = {"help", "config", "help_all"}
+    others = [a for a in general._group_actions if a.dest not in keep]
+    trainer = parser.add_argument_group("the Trainer's other options (Seq2SeqTrainingArguments)")
+    for action in others:
+        general._group_actions.remove(action)
+        trainer._group_actions.append(action)
+        if not show_all:
+            action.help = argparse.SUPPRESS
+    if not show_all:
+        parser._action_groups.remove(trainer)
+    # Without an accelerator, say so to the Trainer: only then does it set up gloo data parallelism across the
+    # processes of `accelerate launch --multi_gpu` / `torchrun` (otherwise each CPU process trains alone).
+    parser.set_defaults(use_cpu=torch.accelerator.current_accelerator() is None)
+    return parser
+
+
+def given_options(argv: list[str]) -> set[str]:
+    """The option names written on the command line (`--name value`, `--name=value`, `--name-with-hyphens`)."""
+    return {a[2:].split("=", 1)[0].replace("-", "_") for a in argv if a.startswith("--") and len(a) > 2}
+
+
+def _flag(value, default) -> bool | str:
+    if value is None:
+        return default
+    return value if isinstance(value, bool) else str(value).strip().lower()
+
+
+def trains_in_float32_on_cpu(bf16, fp16, use_cpu) -> bool:
+    """Whether the run trains in float32 on a CPU, from the raw `bf16` (true/false/auto), `fp16` and `use_cpu` (the
+    decision `VanillaTrainingArguments` makes, taken before the arguments are built)."""
+    on = ("true", "yes", "1", True)
+    device = VanillaTrainingArguments._training_device_type(SimpleNamespace(use_cpu=use_cpu in on))
+    if device != "cpu" or fp16 in on:
+        return False
+    return not (bf16 in on or (bf16 == "auto" and bf16_support("cpu")[0]))
+
+
+def _precision_options(argv: list[str], defaults: dict) -> tuple:
+    pre = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    for name in ("bf16", "fp16", "use_cpu"):
+        pre.add_argument(f"--{name}", nargs="?", const="true", default=defaults.get(name))
+    known = pre.parse_known_args(argv)[0]
+    return _flag(known.bf16, "false"), _flag(known.fp16, "false"), _flag(known.use_cpu, defaults["use_cpu"])
+
+
+def parse_args(argv: list[str] | None = None):
+    """The five dataclasses from the command line, a preset (`--config`) giving defaults that the command line
+    overrides. Every error is a ValueError whose message names the option in backticks (`as_flags` turns them into
+    flags); `--help` / `--help-all` print and exit."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(show_all="--help-all" in argv)
+    known = {a.dest for a in parser._actions} - {"help", "config", "help_all"}
+    pre = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    pre.add_argument("--config", default=None)
+    config = pre.parse_known_args(argv)[0].config
+    preset, cpu_float32 = read_preset(config, known) if config else ({}, {})
+    parser.set_defaults(**preset)
+    defaults = {**preset, "use_cpu": parser.get_default("use_cpu")}
+    if cpu_float32 and trains_in_float32_on_cpu(*_precision_options(argv, defaults)):
+        parser.set_defaults(**cpu_float32)  # the command line still wins
+    else:
+        cpu_float32 = {}
+    if "--help-all" in argv:
+        parser.print_help()
+        raise SystemExit(0)
+    *parsed, _namespace, extra = parser.parse_args_into_dataclasses(args=argv, return_remaining_strings=True)
+    if extra:
+        flags = [a for a in parser._option_string_actions if a.startswith("--")]
+        unknown = next((a for a in extra if a.startswith("-")), extra[0])
+        name = unknown.split("=", 1)[0]
+        raise ValueError(f"unrecognized argument {unknown!r}{did_you_mean(name, flags) or '.'}")
+    model_args, data_args, tok_args, run_args, training_args = parsed
+    training_args.preset_cpu_float32 = cpu_float32 or None
+    check_combination(given_options(argv) | set(preset) | set(cpu_float32), *parsed)
+    return model_args, data_args, tok_args, run_args, training_args
+
+
+def check_combination(given: set[str], model_args, data_args, tok_args, run_args, training_args) -> None:
+    """What needs more than one dataclass, or knows which options were given: refuse what would be ignored."""
+    for name, (ignored, why) in IGNORED_UNLESS.items():
+        if name in given and ignored(training_args):
+            raise ValueError(f"`{name}` would be ignored: {why}.")
+    if training_args.max_tokens is not None and data_args.max_length > training_args.max_tokens:
+        raise ValueError(
+            f"`max_length` {data_args.max_length} exceeds `max_tokens` {training_args.max_tokens}: a pair of that "
+            f"length would not fit in any batch; lower max_length or raise max_tokens."
+        )
+    resume = training_args.resume_from_checkpoint
+    if isinstance(resume, str) and resume.lower() in ("true", "false"):
+        # The Trainer's convention: True = the newest checkpoint in output_dir.
+        training_args.resume_from_checkpoint = resume = True if resume.lower() == "true" else None
+    if isinstance(resume, str) and not Path(resume).is_dir():
+        raise ValueError(
+            f"`resume_from_checkpoint` {resume!r} is not a directory: pass a checkpoint-<step> directory of an "
+            f"earlier run, or 'true' for the newest checkpoint in `output_dir`."
+        )
+    if resume is True and last_checkpoint(training_args.output_dir) is None:
+        raise ValueError(
+            f"`resume_from_checkpoint` true, but `output_dir` {training_args.output_dir!r} holds no checkpoint-<step> "
+            f"directory to resume from: check `output_dir`, or start without `resume_from_checkpoint`."
+        )

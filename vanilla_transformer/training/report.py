@@ -1,0 +1,279 @@
+"""The end-of-run report of `vanilla-transformer train`: what the run was and how well its models translate.
+
+After training, the final model is loaded as a user loads it and scored on the test split (the split is translated
+once per run, never used to choose); the average of the last checkpoints (section 6.1) is written to
+`OUTPUT_DIR/averaged` and scored the same way; then plots, each model's attention figure, `results.json` and the
+model card, and the final push to the Hub. Each directory describes its own weights.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import platform
+import shutil
+import time
+from pathlib import Path
+
+import torch
+import transformers
+
+from ..averaging import average_checkpoints
+from ..checkpoints import complete_checkpoints
+from ..metrics import compute_bleu_with_lowercase
+from ..model_card import write_attention_figure, write_model_card
+from ..modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
+from ..precision import cpu_bfloat16_units, cpu_model_name
+from ..translate import translate
+from .arguments import DataArguments, RunArguments
+
+
+logger = logging.getLogger(__name__)
+
+
+def write_report(trainer, tokenizer, raw, train_split, options, train_result, train_seconds: float) -> dict:
+    """Test BLEU of the final and the averaged model, plots and figures, results.json and model cards, the Hub push;
+    returns the final model's results. `options` are the run's (model, data, run) arguments."""
+    model_args, data_args, run_args = options
+    out_dir = Path(trainer.args.output_dir)
+    # The final model as saved, loaded as a user loads it (float32): after bf16 training the Trainer's model still
+    # carries accelerate's mixed-precision wrapper, which would run `generate`'s decoder steps under bf16 autocast.
+    final_model = VanillaTransformerForConditionalGeneration.from_pretrained(out_dir).to(trainer.model.device)
+    results = collect_results(trainer, tokenizer, train_split, model_args, data_args, train_result, train_seconds)
+    averaged = None  # (results, model) of the average of the last checkpoints
+    if data_args.test_split:
+        results["bleu"]["test"] = score_test_split(final_model, tokenizer, raw["test"], data_args, run_args, out_dir)
+        if run_args.average_last:
+            averaged = score_average(trainer, tokenizer, raw["test"], data_args, run_args, results)
+    if run_args.plots:
+        cards = [(results, final_model, out_dir)]
+        if averaged is not None:
+            cards.append((averaged[0], averaged[1], out_dir / "averaged"))
+        draw_figures(trainer.state.log_history, cards, tokenizer, raw["validation"][0]["source"], data_args)
+    config, args = trainer.model.config, trainer.args
+    write_results_and_card(out_dir, config, results, args.hub_model_id)
+    if averaged is not None:
+        write_results_and_card(out_dir / "averaged", config, averaged[0], None)
+    if args.push_to_hub:
+        # The Trainer pushed checkpoints while training (hub_strategy); the final push carries the model card
+        # (written from results.json), the plots and the remote code.
+        from ..hub import push_run
+
+        results["hub_commit"] = push_run(
+            out_dir,
+            args.hub_model_id or out_dir.name,
+            private=bool(args.hub_private_repo),
+            revision=args.hub_revision,
+            token=args.hub_token,
+        )
+    return results
+
+
+def score_average(trainer, tokenizer, test, data_args, run_args, results: dict):
+    """(results, model) of the average of the last `average_last` checkpoints (only those written during the
+    learning-rate cool-down, when the run had one: see `average_last_checkpoints`), scored on the test split; the
+    final model's `results` gain an `averaged_model` entry. None without such checkpoints."""
+    out_dir = Path(trainer.args.output_dir)
+    after = getattr(trainer.lr_scheduler, "cooldown_start", None)
+    averaged = average_last_checkpoints(out_dir, run_args.average_last, tokenizer, trainer.model.device, after=after)
+    if averaged is None:
+        return None
+    model, names = averaged
+    bleu = score_test_split(model, tokenizer, test, data_args, run_args, out_dir / "averaged")
+    averaged_results = {
+        **results,
+        "bleu": {"test": bleu},
+        "checkpoint_averaging": {"num_checkpoints": len(names), "checkpoints": names, "after": after},
+    }
+    results["averaged_model"] = {"path": "averaged", "num_checkpoints": len(names), "bleu_test": bleu}
+    return averaged_results, model
+
+
+def draw_figures(log_history, cards, tokenizer, sentence: str, data_args) -> None:
+    """The run's curves, and each card's figure: cross-attention of its own weights for the first validation sentence
+    (a PNG pushed with the plots). The averaged model's card shows the curves of the run its checkpoints come from,
+    copied beside it (a card only links files in its own directory). `cards`: (results, model, directory)."""
+    out_dir = cards[0][2]
+    curves = plot_history(log_history, out_dir)
+    for card_results, card_model, directory in cards:
+        if directory != out_dir:
+            for name in curves:
+                shutil.copy2(out_dir / name, directory / name)
+        figure = write_attention_figure(card_model, tokenizer, sentence, directory, split=data_args.validation_split)
+        card_results["attention_figure"] = figure
+        card_results["plots"] = curves + ([figure["file"]] if figure else [])
+
+
+def plot_history(log_history: list[dict], out_dir: Path) -> list[str]:
+    """PNG plots of training loss / NLL, learning rate and validation BLEU against the optimizer step."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        logger.warning("matplotlib is not installed (pip install 'vanilla-transformer[plot]'): no plots.")
+        return []
+    series = {
+        "loss.png": [
+            ("loss", "train loss (label-smoothed)"),
+            ("nll_loss", "train NLL"),
+            ("eval_loss", "validation loss"),
+            ("eval_nll_loss", "validation NLL"),
+        ],
+        "learning_rate.png": [("learning_rate", "learning rate")],
+        "bleu.png": [("eval_bleu", "validation BLEU")],
+    }
+    written = []
+    for name, keys in series.items():
+        fig, ax = plt.subplots(figsize=(6, 4))
+        drawn = False
+        for key, label in keys:
+            points = [(h["step"], h[key]) for h in log_history if key in h and "step" in h]
+            if points:
+                ax.plot(*zip(*points), marker="." if len(points) < 50 else None, label=label)
+                drawn = True
+        if drawn:
+            ax.set_xlabel("optimizer step")
+            ax.legend()
+            ax.grid(alpha=0.3)
+            fig.tight_layout()
+            fig.savefig(out_dir / name, dpi=100)
+            written.append(name)
+        plt.close(fig)
+    return written
+
+
+def collect_results(trainer, tokenizer, train_split, model_args, data_args, train_result, train_seconds) -> dict:
+    """What the run was, in the schema of `vanilla_transformer.model_card`; `bleu` is filled in by the caller."""
+    args, config = trainer.args, trainer.model.config
+    train_tokens = sum(int(n) for n in train_split["tgt_len"]) + sum(int(n) for n in train_split["src_len"])
+    epochs = trainer.state.epoch or 0.0
+    local = Path(data_args.dataset).exists()
+    return {
+        "src_lang": data_args.src_lang,
+        "tgt_lang": data_args.tgt_lang,
+        # A local directory is named by its folder (e.g. "multi30k"); a Hub dataset also by its id (card metadata).
+        "dataset": {
+            "name": Path(data_args.dataset).name if local else data_args.dataset,
+            **({"path": data_args.dataset} if local else {"hub_id": data_args.dataset}),
+            "train_pairs": len(train_split),
+            "splits": {
+                "train": data_args.train_split,
+                "validation": data_args.validation_split,
+                "test": data_args.test_split,
+            },
+        },
+        "preset": model_args.preset,
+        "num_parameters": trainer.model.num_parameters(),
+        "tokenizer": {"type": "BPE with byte fallback (shared source/target)", "vocab_size": len(tokenizer)},
+        "decoding": {
+            "num_beams": trainer.model.generation_config.num_beams,
+            "length_penalty": trainer.model.generation_config.length_penalty,
+            "max_length": "source length + 50",
+        },
+        "bleu": {},
+        "training": {
+            "steps": trainer.state.global_step,
+            "epochs": round(epochs, 3),
+            "train_runtime_s": round(train_seconds, 1),
+            # Source + target tokens (padding excluded) per second of training; evaluations are inside the runtime.
+            "tokens_per_second": round(train_tokens * epochs / train_seconds, 1) if train_seconds else None,
+            "hardware": describe_hardware(),
+            "world_size": args.world_size,
+            # What the step ran in, and why (bf16="auto" follows the hardware; see vanilla_transformer.precision).
+            "precision": {
+                "mixed_precision": args.mixed_precision,
+                "reason": getattr(args, "precision_reason", None),
+                "attention": config._attn_implementation,
+                "torch_compile": args.torch_compile,
+                # The config file's `cpu_float32` options, when the run trained in float32 on a CPU (command-line
+                # options won over them; the hyperparameters below are what the run used).
+                "cpu_float32_options": getattr(args, "preset_cpu_float32", None),
+            },
+            "final_train_loss": train_result.training_loss,
+            "hyperparameters": {
+                "max_tokens": args.max_tokens,
+                "warmup_steps": args.warmup_steps,
+                "lr_factor": args.lr_factor,
+                "lr_cooldown": args.lr_cooldown,
+                # The updates where the cool-down ran (a timed run plans them during training), or None.
+                "lr_cooldown_updates": [
+                    getattr(trainer.lr_scheduler, "cooldown_start", None),
+                    getattr(trainer.lr_scheduler, "cooldown_end", None),
+                ]
+                if args.lr_cooldown
+                else None,
+                "label_smoothing": args.label_smoothing_factor,
+                "lr_schedule": args.lr_schedule,
+                "subword_split": args.subword_split,
+                "bidirectional_steps": args.bidirectional_steps,
+                "adam_betas": [args.adam_beta1, args.adam_beta2],
+                "adam_epsilon": args.adam_epsilon,
+                "dropout": config.dropout,
+                "gradient_accumulation_steps": args.gradient_accumulation_steps,
+                "seed": args.seed,
+            },
+        },
+        "checkpoint_averaging": None,
+        "best_checkpoint": trainer.state.best_model_checkpoint,
+        "best_validation_bleu": trainer.state.best_metric,
+        "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
+    }
+
+
+def describe_hardware() -> str:
+    """The machine as its speed depends on it, for results.json and the card: the CPU's name, the instruction set
+    torch's kernels use and its bfloat16 units (tokens per second differ ~2x between two AVX512_BF16 CPUs: Zen 4's
+    bfloat16 GEMMs run half as fast per core as another EPYC's), cores and threads, and the GPU."""
+    cpu = ", ".join([platform.machine(), torch.backends.cpu.get_cpu_capability(), *cpu_bfloat16_units()])
+    text = f"{cpu_model_name()} ({cpu}), {os.cpu_count()} CPU cores, torch threads {torch.get_num_threads()}"
+    return text + (f", {torch.cuda.get_device_name()}" if torch.cuda.is_available() else "")
+
+
+def score_test_split(model, tokenizer, test, data_args: DataArguments, run_args: RunArguments, out_dir: Path) -> dict:
+    """Test BLEU of `model` (beam search with its generation config); the hypotheses go to `out_dir`."""
+    started = time.perf_counter()
+    hypotheses = translate(model, tokenizer, test["source"], batch_size=run_args.test_batch_size)
+    result = compute_bleu_with_lowercase(hypotheses, test["target"])
+    seconds = round(time.perf_counter() - started, 1)
+    result.update(sentences=len(hypotheses), seconds=seconds, split=data_args.test_split)
+    (out_dir / f"{data_args.test_split}.hyp.{data_args.tgt_lang}").write_text("\n".join(hypotheses) + "\n")
+    logger.info("Test BLEU (%s): %s", out_dir, result)
+    return result
+
+
+def average_last_checkpoints(out_dir: Path, k: int, tokenizer, device, after: int | None = None):
+    """The average of the run's last `k` complete checkpoints (fewer if it has fewer) written after update `after`
+    (the start of the learning-rate cool-down, when the run had one), saved with the tokenizer in `out_dir/averaged`:
+    (the averaged model, the checkpoints' names), or None without such checkpoints.
+
+    Why only the cool-down: checkpoints are written every `save_steps` updates, but a timed run's updates depend on
+    the machine (about 9,500 in the Multi30k preset's hour with bf16 on AVX512_BF16, about 2,800 in float32 on an
+    AVX2-only CPU). The last 10 checkpoints, 300 updates apart, were the last 28% of the former run and almost all of
+    the latter, whose average then held half-trained models (validation BLEU 27.8 against 34.7 for the final model).
+    The cool-down is the same fraction of every run, and the paper averages the last checkpoints of a run (section
+    6.1), not checkpoints from its start."""
+    available = complete_checkpoints(str(out_dir), after=after)  # never one whose save did not finish
+    window = f" written after update {after} (the learning-rate cool-down)" if after is not None else ""
+    if not available:
+        logger.warning("No checkpoint in %s%s: nothing to average.", out_dir, window)
+        return None
+    if len(available) < k:
+        logger.warning(
+            "Only %d checkpoints in %s%s: averaging %d, not %d.", len(available), out_dir, window, len(available), k
+        )
+    checkpoints = available[-k:]
+    averaged_dir = Path(average_checkpoints(checkpoints, str(out_dir / "averaged")))
+    tokenizer.save_pretrained(averaged_dir)
+    model = VanillaTransformerForConditionalGeneration.from_pretrained(averaged_dir).to(device)
+    return model, [Path(c).name for c in checkpoints]
+
+
+def write_results_and_card(directory: Path, config, results: dict, repo_id: str | None) -> None:
+    (directory / "results.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
+    logger.info("Results written to %s", directory / "results.json")
+    # The local card is the one the Hub gets (the Trainer's generic card is replaced); it needs test results.
+    if results["bleu"]:
+        write_model_card(directory, config, results, repo_id=repo_id)

@@ -1,0 +1,492 @@
+"""`VanillaTransformerTrainer`: the `Seq2SeqTrainer` with what the paper's recipe (section 5) needs and the
+Trainer's extension points do not give.
+
+- the learning rate (section 5.3, eq. 3): `create_scheduler` builds `schedule.NoamLR` when `lr_schedule="noam"`
+  (peak `lr_factor * (d_model * warmup_steps)^-0.5`, `d_model` read from the model config); "trainer" gets the
+  stock schedule. The optimizer is the Trainer's own: `adamw_torch_fused` with weight decay 0 is the paper's Adam;
+- the loss (section 5.4): `compute_loss` lets the model compute the label-smoothed cross-entropy (epsilon
+  `label_smoothing_factor`, float32, compiled with the forward under `torch_compile`), normalised by the target tokens
+  of the whole optimizer step, which the Trainer counts across micro-batches and processes (`num_items_in_batch`):
+  the loss and its gradients do not depend on how a batch is split. The logs add the plain `nll_loss` and `ppl`;
+- batches (section 5.1): `get_train_dataloader` takes batches of about `max_tokens` tokens from
+  `batching.TokenBatchSampler`, which shards itself across data-parallel processes;
+- per-update augmentation (not in the paper, off by default): `get_batch_samples` applies `augment.py`'s subword
+  splitting and bidirectional reversal to an update's micro-batches, before their target tokens are counted;
+- evaluation: validation loss, NLL and perplexity per target token, and cased sacreBLEU of beam-search translations
+  (the model's generation config), the source encoded once for both; sentences gathered with `gather_for_metrics`
+  so that a multi-process evaluation scores each sentence once;
+- resuming: `train(resume_from_checkpoint=True)` takes the newest complete checkpoint (`checkpoints.py`) and refuses
+  one whose schedule differs from these arguments (the Trainer would restore the checkpoint's silently).
+
+Resuming restores the model, the optimizer, the schedule (`scheduler.pt`), the RNG states and the position in the
+data, so a resumed run continues the uninterrupted run's losses exactly (tests/test_trainer.py). Precision
+(`bf16="auto"`) is resolved by `VanillaTrainingArguments` (arguments.py); in bfloat16 on a CPU the model runs the eager
+attention, the fast kernel there (`precision.fast_attention_implementation`).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from functools import partial
+
+import datasets
+import numpy as np
+import torch
+from accelerate.data_loader import prepare_data_loader
+from torch.utils.data import DataLoader
+from transformers import Seq2SeqTrainer
+from transformers.modeling_outputs import BaseModelOutput
+from transformers.trainer import SCHEDULER_NAME, TRAINER_STATE_NAME
+from transformers.trainer_utils import seed_worker
+
+from ..batching import TokenBatchSampler
+from ..checkpoints import is_complete_checkpoint, last_checkpoint, remove_incomplete_checkpoints
+from ..data import MODEL_INPUT_COLUMNS
+from ..loss_vanilla_transformer import label_smoothed_cross_entropy
+from ..metrics import make_compute_metrics
+from ..precision import fast_attention_implementation
+from ..schedule import NoamLR, peak_learning_rate
+from ..subword_split import merge_tree, split_batch
+from .arguments import VanillaTrainingArguments
+from .augment import maybe_reverse, update_seed
+
+
+logger = logging.getLogger(__name__)
+
+
+class VanillaTransformerTrainer(Seq2SeqTrainer):
+    """`Seq2SeqTrainer` with the paper's optimizer, schedule, label-smoothed loss, token-based batches, BLEU
+    evaluation and crash-safe checkpoints (see the module docstring). Takes the same arguments as
+    `Seq2SeqTrainer`, with `args` a `VanillaTrainingArguments`. When `compute_metrics` is not given and a
+    tokenizer is (`processing_class`), BLEU on the decoded labels is computed by `metrics.make_compute_metrics`.
+    """
+
+    # `compute_loss` already divides by the token count of the whole optimizer step: the Trainer must not
+    # divide again by the number of accumulation steps.
+    loss_is_scaled_for_ga = True
+
+    def __init__(self, model=None, args: VanillaTrainingArguments | None = None, *positional, **kwargs):
+        if args is None:
+            args = VanillaTrainingArguments()
+        if not isinstance(args, VanillaTrainingArguments):
+            raise ValueError(
+                f"`args` must be a VanillaTrainingArguments, got {type(args).__name__}: build it with "
+                f"`VanillaTrainingArguments(output_dir=..., ...)` (it carries the paper's defaults)."
+            )
+        super().__init__(model, args, *positional, **kwargs)
+        if self.args.n_gpu > 1:
+            raise ValueError(
+                f"`n_gpu`={self.args.n_gpu}: torch.nn.DataParallel is not supported (token batches cannot be split "
+                f"evenly). Launch one process per GPU instead: `accelerate launch train.py ...` or `torchrun`."
+            )
+        # The Trainer counts the target tokens of each optimizer step (`num_items_in_batch`) only for models
+        # that take loss kwargs; `compute_loss` below passes the count to the model.
+        self.model_accepts_loss_kwargs = True
+        if self.compute_metrics is None and self.args.predict_with_generate and self.processing_class is not None:
+            self.compute_metrics = make_compute_metrics(self.processing_class)
+        metric = (self.args.metric_for_best_model or "").removeprefix("eval_")
+        if metric in ("bleu", "gen_len") and self.compute_metrics is None and self.args.eval_strategy != "no":
+            raise ValueError(
+                f"`metric_for_best_model`={self.args.metric_for_best_model!r} needs BLEU, but there is no "
+                f"`compute_metrics` and no tokenizer to build one: pass `processing_class=tokenizer` (with "
+                f"`predict_with_generate=True`), or set `metric_for_best_model='loss'`."
+            )
+        self._use_fast_attention()
+        for option, why in (
+            ("bidirectional_steps", "turns labels into source tokens padded with the tokenizer's pad id"),
+            ("subword_split", "undoes the tokenizer's BPE merges"),
+        ):
+            if getattr(self.args, option) and getattr(self.processing_class, "pad_token_id", None) is None:
+                raise ValueError(
+                    f"`{option}` {why}, but the trainer has no tokenizer (with a pad token): pass "
+                    f"`processing_class=tokenizer`."
+                )
+        self._merge_tree = None  # (left, right) of subword splitting, read from the tokenizer when first needed
+        # Sums of (smoothed loss, NLL, target tokens) since the last log, for training and for evaluation.
+        self._loss_sums = {split: torch.zeros(3, device=self.args.device) for split in ("train", "eval")}
+        self._eval_sentence_sums = None  # the current evaluation batch's sums, one row per sentence
+        self._noam_scheduler = None  # the paper's schedule, when `create_scheduler` built it
+
+    def _use_fast_attention(self) -> None:
+        """Log the precision and why; in bfloat16 on a CPU, switch the model to the eager attention, the fast kernel
+        there (precision.fast_attention_implementation; not saved: checkpoints keep the default)."""
+        precision = {"bf16": "bfloat16 autocast", "fp16": "float16 autocast"}.get(self.args.mixed_precision, "float32")
+        logger.info(
+            "Precision: %s on %s (%s).",
+            precision,
+            self.args.device,
+            getattr(self.args, "precision_reason", "set by the arguments"),
+        )
+        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(self.args.mixed_precision, torch.float32)
+        attention = fast_attention_implementation(self.args.device, dtype)
+        model = self.accelerator.unwrap_model(self.model)
+        config = getattr(model, "config", None)
+        if (
+            attention
+            and getattr(config, "_attn_implementation", attention) == "sdpa"
+            and hasattr(model, "set_attn_implementation")
+        ):
+            model.set_attn_implementation(attention)
+            logger.info("Attention: %s (torch's SDPA kernel is the slow one in %s on a CPU).", attention, precision)
+
+    # ---- Resuming ----
+
+    def train(self, resume_from_checkpoint: str | bool | None = None, trial=None, **kwargs):
+        """`Trainer.train`; `resume_from_checkpoint=True` takes the newest checkpoint of `output_dir`, and a
+        checkpoint whose learning-rate schedule differs from these arguments is refused (the Trainer would restore
+        the checkpoint's schedule, silently ignoring the new values)."""
+        if resume_from_checkpoint is True:
+            resume_from_checkpoint = last_checkpoint(self.args.output_dir)
+            if resume_from_checkpoint is None:
+                raise ValueError(
+                    f"`resume_from_checkpoint=True` but `output_dir` {self.args.output_dir!r} holds no complete "
+                    f"checkpoint: pass the path of one, or start without resuming."
+                )
+        if resume_from_checkpoint:
+            resume_from_checkpoint = str(resume_from_checkpoint)
+            if not is_complete_checkpoint(resume_from_checkpoint):
+                raise ValueError(
+                    f"`resume_from_checkpoint` {resume_from_checkpoint!r} has no readable {TRAINER_STATE_NAME}, which "
+                    f"the Trainer writes last: its save did not finish. Resume from an earlier checkpoint (True takes "
+                    f"the newest complete one)."
+                )
+            self._check_schedule_of(resume_from_checkpoint)
+            if self.args.should_save:
+                remove_incomplete_checkpoints(self.args.output_dir)
+        # A schedule this trainer built is built again for this call (its arguments or step count may have changed),
+        # as the Trainer does with the schedules it builds itself; one given by the caller is kept.
+        if self.lr_scheduler is not None and self.lr_scheduler is self._noam_scheduler:
+            self.lr_scheduler = None
+        return super().train(resume_from_checkpoint=resume_from_checkpoint or None, trial=trial, **kwargs)
+
+    def _check_schedule_of(self, checkpoint: str) -> None:
+        path = os.path.join(checkpoint, SCHEDULER_NAME)
+        if not os.path.isfile(path):
+            return  # a checkpoint saved without optimizer state (`save_only_model`): nothing is restored
+        saved = torch.load(path, map_location="cpu", weights_only=True)  # numbers only, no pickled objects
+        paper_schedule = self.args.lr_schedule == "noam"
+        if paper_schedule != ("factor" in saved):
+            kind = "the paper's learning-rate schedule" if "factor" in saved else "a stock Trainer schedule"
+            raise ValueError(
+                f"Checkpoint {checkpoint!r} was trained with {kind}, but this run sets "
+                f"`lr_schedule`={self.args.lr_schedule!r} ({self.args.lr_scheduler_type!r}): "
+                f"resume with the checkpoint's schedule, or start a new run from its weights (`--init_from`)."
+            )
+        if paper_schedule:
+            # A warm-up given as a ratio depends on the step count, known here only from `max_steps`.
+            warmup = saved["warmup_steps"]
+            if self.args.warmup_steps >= 1 or self.args.max_steps > 0:
+                warmup = self.args.get_warmup_steps(self.args.max_steps)
+            ours = {
+                "warmup_steps": warmup,
+                "lr_factor": float(self.args.lr_factor),
+                "d_model": getattr(self.accelerator.unwrap_model(self.model).config, "d_model", None),
+            }
+            theirs = {"warmup_steps": saved["warmup_steps"], "lr_factor": saved["factor"], "d_model": saved["d_model"]}
+        else:
+            ours, theirs = {"learning_rate": self.args.learning_rate}, {"learning_rate": saved["base_lrs"][0]}
+        changed = [name for name in ours if ours[name] != theirs[name]]
+        if changed:
+            raise ValueError(
+                f"Checkpoint {checkpoint!r} has the learning-rate schedule "
+                f"{', '.join(f'{n}={theirs[n]!r}' for n in changed)}, but this run sets "
+                f"{', '.join(f'{n}={ours[n]!r}' for n in changed)}; resuming would restore the checkpoint's values "
+                f"and ignore these. Pass the checkpoint's values to continue its run, or start a new run from its weights "
+                f"(`--init_from`)."
+            )
+
+    # ---- Schedule (section 5.3) ----
+
+    def _get_grad_norm(self, model, grad_norm=None):
+        """The gradient norm, for the logs. Without clipping (`max_grad_norm=0`, the paper's) the Trainer computes it
+        after every update, an extra pass over all gradients (`clip_grad_norm_(params, inf)`, which also multiplies
+        them by 1.0) and a host sync when read: here only before an update whose step will be logged. The one private
+        Trainer method overridden: the Trainer has no switch for it, and the pass costs ~18 ms of the ~600 ms update
+        of the Multi30k preset's small model on a 2-core CPU (3%, every update)."""
+        if grad_norm is None and not self._logs_next_step():
+            return None
+        return super()._get_grad_norm(model, grad_norm=grad_norm)
+
+    def _logs_next_step(self) -> bool:
+        args, step = self.args, self.state.global_step + 1  # the update about to be made
+        if args.logging_strategy != "steps":
+            return True  # epoch-wise logs: no cheap way to know the last update of the epoch here
+        every = self.state.logging_steps or args.logging_steps
+        return (args.logging_first_step and step == 1) or (every and step % every == 0) or step >= self.state.max_steps
+
+    def create_scheduler(self, num_training_steps: int, optimizer: torch.optim.Optimizer | None = None):
+        if self.lr_scheduler is None and self.args.lr_schedule == "noam":
+            config = getattr(self.accelerator.unwrap_model(self.model), "config", None)
+            d_model = getattr(config, "d_model", None)
+            if d_model is None:
+                raise ValueError(
+                    "The paper's learning-rate schedule needs `d_model` from the model config, which has none: use a "
+                    "VanillaTransformer model, or `lr_schedule='trainer'` with `learning_rate`."
+                )
+            warmup = self.args.get_warmup_steps(num_training_steps)
+            # A cool-down over the last `lr_cooldown` of the steps; a TimeLimit moves it earlier when time runs out
+            # first (a timed run's `max_steps` is only a ceiling).
+            start = max(round((1 - self.args.lr_cooldown) * num_training_steps), 1)
+            cooldown = (None, None)  # none asked for, or a run too short for one
+            if self.args.lr_cooldown and start < num_training_steps:
+                cooldown = (start, num_training_steps)
+            self.lr_scheduler = NoamLR(
+                self.optimizer if optimizer is None else optimizer,
+                d_model=d_model,
+                warmup_steps=warmup,
+                factor=self.args.lr_factor,
+                cooldown_start=cooldown[0],
+                cooldown_end=cooldown[1],
+            )
+            self._noam_scheduler = self.lr_scheduler  # rebuilt by the next `train()` call, see there
+            logger.info(
+                "Learning rate: the paper's schedule, d_model=%d, warmup=%d, factor=%g, peak %.3g at update %d.",
+                d_model,
+                warmup,
+                self.args.lr_factor,
+                peak_learning_rate(d_model, warmup, self.args.lr_factor),
+                warmup,
+            )
+            if self.args.lr_cooldown:
+                logger.info(
+                    "Learning rate cool-down (not in the paper): linear to zero over the last %g of the run "
+                    "(updates %s-%d unless a time limit comes first).",
+                    self.args.lr_cooldown,
+                    cooldown[0],
+                    num_training_steps,
+                )
+        return super().create_scheduler(num_training_steps, optimizer)
+
+    # ---- Loss (section 5.4) ----
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        if "labels" not in inputs:
+            raise ValueError(
+                f"The batch has no `labels` (keys: {sorted(inputs)}): the training data must hold the tokenized "
+                f"targets in a `labels` column."
+            )
+        if model.training:
+            if self.args.torch_compile:
+                # Token batches vary in sentences and in length: compile for any size at once (else torch.compile
+                # compiles for the first shape, then again for each dimension seen to change).
+                for tensor in inputs.values():
+                    if isinstance(tensor, torch.Tensor) and tensor.dim() == 2:
+                        torch._dynamo.maybe_mark_dynamic(tensor, 0)
+                        torch._dynamo.maybe_mark_dynamic(tensor, 1)
+            # The model computes the loss (label-smoothed, float32, fused: `label_smoothed_cross_entropy`), so that
+            # it is part of a compiled graph under `torch_compile`; it builds the decoder input from the labels.
+            outputs = model(
+                **inputs,
+                epsilon_ls=self.args.label_smoothing_factor,
+                num_items_in_batch=num_items_in_batch,
+                use_cache=False,
+            )
+            loss = outputs.loss
+            # The sums for the logs, from the normalized losses (no host sync: tensors are added up).
+            denominator = outputs.num_target_tokens.clamp(min=1) if num_items_in_batch is None else num_items_in_batch
+            sums = torch.stack(
+                [loss.detach() * denominator, outputs.nll_loss * denominator, outputs.num_target_tokens.to(loss.dtype)]
+            )
+            self._loss_sums["train"] += sums.to(self._loss_sums["train"])
+            if num_items_in_batch is not None and self.args.average_tokens_across_devices:
+                # `num_items_in_batch` is then the count over all processes, and DDP averages the gradients over the
+                # processes: multiply back by their number.
+                loss = loss * self.accelerator.num_processes
+            return (loss, outputs) if return_outputs else loss
+
+        # Evaluation: the loss sentence by sentence (gathered per sentence in `prediction_step`), and no KV cache.
+        inputs = dict(inputs)
+        labels = inputs.pop("labels")
+        if "decoder_input_ids" not in inputs:
+            inputs["decoder_input_ids"] = self.accelerator.unwrap_model(model).prepare_decoder_input_ids_from_labels(
+                labels
+            )
+        outputs = model(**inputs, use_cache=False)
+        logits = outputs["logits"] if isinstance(outputs, dict) else outputs[0]
+        smoothed, nll, tokens = label_smoothed_cross_entropy(
+            logits, labels.to(logits.device), self.args.label_smoothing_factor, per_sequence=True
+        )
+        loss = smoothed.sum() / tokens.sum().clamp(min=1)
+        self._eval_sentence_sums = torch.stack([smoothed, nll, tokens.to(smoothed.dtype)], dim=-1)
+        return (loss, outputs) if return_outputs else loss
+
+    def _take_loss_sums(self, split: str) -> tuple[float, float, float]:
+        """(smoothed sum, NLL sum, tokens) over all processes since the last call, then reset them."""
+        sums = self._loss_sums[split].clone()
+        if split == "train":  # evaluation sums are gathered already, without the repeated sentences
+            sums = self.accelerator.reduce(sums, reduction="sum")
+        self._loss_sums[split].zero_()
+        return tuple(sums.tolist())
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        if "loss" in logs:  # the periodic training log (evaluation logs have `eval_loss`)
+            _, nll_sum, tokens = self._take_loss_sums("train")
+            if tokens > 0:
+                logs["nll_loss"] = nll_sum / tokens
+                logs["ppl"] = math.exp(min(logs["nll_loss"], 100.0))
+        super().log(logs, start_time)
+
+    # ---- Evaluation: loss, NLL, perplexity, BLEU ----
+
+    def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None, **gen_kwargs):
+        self._eval_sentence_sums = None
+        if not self.args.predict_with_generate or prediction_loss_only:
+            outputs = super().prediction_step(model, inputs, prediction_loss_only, ignore_keys=ignore_keys)
+        else:
+            outputs = self._generate_step(model, inputs, **gen_kwargs)
+        if self._eval_sentence_sums is not None:
+            # The loss sentence by sentence, gathered like the predictions: under data parallelism the last round of
+            # batches is filled up with sentences from the start of the split, which `gather_for_metrics` drops.
+            sums = self.accelerator.gather_for_metrics(self._eval_sentence_sums)
+            self._loss_sums["eval"] += sums.sum(0).to(self._loss_sums["eval"])
+            self._eval_sentence_sums = None
+        return outputs
+
+    def _generate_step(self, model, inputs, **gen_kwargs):
+        loss = labels = encoder_outputs = None
+        if "labels" in inputs:
+            # This trainer's (smoothed) loss, where `Seq2SeqTrainer` would take the model's own plain one.
+            with torch.no_grad(), self.compute_loss_context_manager():
+                loss, outputs = self.compute_loss(model, inputs, return_outputs=True)
+            loss, labels = loss.detach(), inputs["labels"]
+            # The source's encoding, computed for the loss, is what generation starts from: not encoded twice.
+            encoder_outputs = BaseModelOutput(last_hidden_state=outputs["encoder_last_hidden_state"])
+        # Translate the source alone. Not through `Seq2SeqTrainer.prediction_step`: it fills the model's generation
+        # config with the library defaults (max_length=20, ...), which every later checkpoint would then save, and
+        # pads the outputs to that length; the evaluation loop pads the batches to a common width anyway (-100).
+        kwargs = {k: v for k, v in {**getattr(self, "_gen_kwargs", {}), **gen_kwargs}.items() if v is not None}
+        source = {
+            k: v for k, v in inputs.items() if k not in ("labels", "decoder_input_ids", "decoder_attention_mask")
+        }
+        if encoder_outputs is not None:
+            kwargs["encoder_outputs"] = encoder_outputs
+        generated = self.accelerator.unwrap_model(model).generate(**source, **kwargs)
+        if generated.shape[0] != source["input_ids"].shape[0]:
+            raise ValueError(
+                f"Generation returned {generated.shape[0]} sequences for {source['input_ids'].shape[0]} sentences "
+                f"(num_return_sequences={kwargs.get('num_return_sequences')}): BLEU evaluation scores one translation "
+                f"per sentence; leave `num_return_sequences` at 1."
+            )
+        return loss, generated, labels
+
+    def evaluation_loop(
+        self, dataloader, description, prediction_loss_only=None, ignore_keys=None, metric_key_prefix="eval"
+    ):
+        self._loss_sums["eval"].zero_()
+        # `Seq2SeqTrainer.evaluate`/`predict` switch the Trainer's `gather_for_metrics` to a plain `gather` (for
+        # several generated sequences per sentence, which `prediction_step` refuses). A plain gather keeps the
+        # sentences repeated to fill the last round of batches of a multi-process evaluation: they would count
+        # twice in BLEU. Back to the Trainer's default.
+        self.gather_function = partial(
+            self.accelerator.gather_for_metrics, use_gather_object=self.args.eval_use_gather_object
+        )
+        output = super().evaluation_loop(
+            dataloader,
+            description,
+            prediction_loss_only=prediction_loss_only,
+            ignore_keys=ignore_keys,
+            metric_key_prefix=metric_key_prefix,
+        )
+        smoothed_sum, nll_sum, tokens = self._take_loss_sums("eval")
+        if tokens > 0:
+            # Per target token over the whole split (the Trainer's own `eval_loss` averages per-batch means).
+            output.metrics[f"{metric_key_prefix}_loss"] = smoothed_sum / tokens
+            output.metrics[f"{metric_key_prefix}_nll_loss"] = nll_sum / tokens
+            output.metrics[f"{metric_key_prefix}_ppl"] = math.exp(min(nll_sum / tokens, 100.0))
+        return output
+
+    def get_eval_dataloader(self, eval_dataset=None):
+        """The evaluation split sorted by source length, longest first, so that a batch holds sentences of similar
+        length: beam search then pads little (scores are per sentence pair and do not depend on the order)."""
+        dataset = self.eval_dataset if eval_dataset is None else eval_dataset
+        if isinstance(dataset, datasets.Dataset) and {"input_ids"} <= set(dataset.column_names):
+            lengths = dataset.with_format("arrow").select_columns(["input_ids"])[:]
+            lengths = lengths.column("input_ids").combine_chunks().value_lengths().to_numpy()
+            eval_dataset = dataset.select(np.argsort(-lengths, kind="stable"))
+        return super().get_eval_dataloader(eval_dataset)
+
+    # ---- Token-based batches (section 5.1) ----
+
+    def get_train_dataloader(self) -> DataLoader:
+        if self.args.max_tokens is None:
+            return super().get_train_dataloader()
+        dataset = self.train_dataset
+        if not isinstance(dataset, datasets.Dataset):
+            raise ValueError(
+                f"`train_dataset` must be a datasets.Dataset (from vanilla_transformer.data.tokenize_corpus) for "
+                f"token-based batches, got {type(dataset).__name__}: convert it, or set `max_tokens=None` for batches "
+                f"of `per_device_train_batch_size` sentences."
+            )
+        # The sampler shards itself: each process gets its own batches of about `max_tokens` tokens, the same number
+        # of them on every process, in an order fixed by (seed, epoch) so that a resumed run sees the same data.
+        # Built before the length columns (`src_len`, `tgt_len`) are dropped.
+        sampler = TokenBatchSampler.from_dataset(
+            dataset,
+            self.args.max_tokens,
+            shuffle=True,
+            seed=self.args.data_seed if self.args.data_seed is not None else self.args.seed,
+            num_replicas=self.accelerator.num_processes,
+            rank=self.accelerator.process_index,
+            max_sentences=self.args.max_sentences,
+            pad_to_multiple_of=self.args.pad_to_multiple_of,
+        )
+        dataset = dataset.select_columns([name for name in dataset.column_names if name in MODEL_INPUT_COLUMNS])
+        params = {
+            "batch_sampler": sampler,
+            "collate_fn": self.data_collator,
+            "num_workers": self.args.dataloader_num_workers,
+            "pin_memory": self.args.dataloader_pin_memory,
+            "persistent_workers": self.args.dataloader_persistent_workers,
+            "prefetch_factor": self.args.dataloader_prefetch_factor,
+            "worker_init_fn": partial(
+                seed_worker, num_workers=self.args.dataloader_num_workers, rank=self.args.process_index
+            ),
+        }
+        if self.args.dataloader_multiprocessing_context is not None:
+            params["multiprocessing_context"] = self.args.dataloader_multiprocessing_context
+        # accelerate would wrap the batch sampler in a `BatchSamplerShard` dealing out its (already per-process)
+        # batches once more, keeping 1 in `num_processes`. Prepared as the loader of one process, it only places
+        # the batches on the device; the Trainer's `set_epoch` reaches the sampler directly, and through the
+        # `SkipBatchSampler` of a resumed epoch.
+        return prepare_data_loader(
+            DataLoader(dataset, **params),
+            self.accelerator.device,
+            num_processes=1,
+            process_index=0,
+            put_on_device=self.accelerator.device_placement,
+            non_blocking=self.accelerator.non_blocking,
+        )
+
+    # ---- Subword splitting (not in the paper; `subword_split`) ----
+
+    def get_batch_samples(self, epoch_iterator, num_batches: int, device: torch.device):
+        """The Trainer's micro-batches of one update; with `subword_split` > 0, their sentences split into smaller
+        subwords (subword_split.py) before the target tokens that normalise the loss are counted."""
+        if self.args.subword_split:
+            # Lazy: the Trainer's loop takes its `num_batches` from the iterator, each split as it is taken.
+            epoch_iterator = (self._split_subwords(batch, i) for i, batch in enumerate(epoch_iterator))
+        if self.state.global_step < self.args.bidirectional_steps:
+            epoch_iterator = (self._maybe_reverse(batch, i) for i, batch in enumerate(epoch_iterator))
+        return super().get_batch_samples(epoch_iterator, num_batches, device)
+
+    def _maybe_reverse(self, batch: dict, micro_batch: int) -> dict:
+        seed = update_seed(self.args.seed, self.state.global_step, micro_batch, self.args.process_index, 2)
+        return maybe_reverse(batch, seed, self.processing_class.pad_token_id)
+
+    def _split_subwords(self, batch: dict, micro_batch: int) -> dict:
+        if self._merge_tree is None:
+            self._merge_tree = merge_tree(self.processing_class)
+        config = getattr(self.accelerator.unwrap_model(self.model), "config", None)
+        return split_batch(
+            batch,
+            *self._merge_tree,
+            self.args.subword_split,
+            pad_token_id=self.processing_class.pad_token_id,
+            generator=torch.Generator().manual_seed(
+                update_seed(self.args.seed, self.state.global_step, micro_batch, self.args.process_index)
+            ),
+            max_length=getattr(config, "max_position_embeddings", None),
+            pad_to_multiple_of=self.args.pad_to_multiple_of,
+        )
