@@ -1,17 +1,20 @@
 """The model against independent references: torch.nn.Transformer*Layer, the paper's formulas, Table 3's parameter
 counts, and itself across cache / attention implementation / save-load / remote code."""
 
+import contextlib
 import json
 import math
 import subprocess
 import sys
 import textwrap
+import warnings
 
 import pytest
 import torch
 from helpers import BLOCK_PACKAGE, subprocess_env
 from safetensors import safe_open
 from safetensors.torch import save_file
+from transformers import MarianConfig, MarianMTModel
 from transformers.cache_utils import EncoderDecoderCache
 from transformers.modeling_outputs import Seq2SeqLMOutput
 
@@ -352,8 +355,9 @@ def test_incremental_decoding_with_cache_equals_full_forward(attn):
 @pytest.mark.parametrize("name", ["cache", "past_key_values"])
 def test_the_cache_is_taken_under_either_name_and_returned_under_the_installed_ones(name):
     """transformers 5.24 renamed the cache `past_key_values` -> `cache` (argument and output field); the model file
-    runs as remote code under either version, so `forward` takes both names, refuses both at once, and returns the
-    cache under the installed version's name, where `generate` reads it."""
+    runs as remote code under either version, so `forward` takes both names (>= 5.24: `past_key_values` with
+    transformers' deprecation warning, see the next test), refuses both at once, and returns the cache under the
+    installed version's name, where `generate` reads it."""
     assert CACHE_NAME in Seq2SeqLMOutput.__dataclass_fields__
     model = tiny_model()
     ids, mask = padded_batch()
@@ -362,11 +366,65 @@ def test_the_cache_is_taken_under_either_name_and_returned_under_the_installed_o
     first = model(input_ids=ids, attention_mask=mask, decoder_input_ids=target[:, :3], use_cache=True)
     cache = getattr(first, CACHE_NAME)
     assert isinstance(cache, EncoderDecoderCache) and cache.get_seq_length() == 3
-    rest = model(input_ids=ids, attention_mask=mask, decoder_input_ids=target[:, 3:], use_cache=True, **{name: cache})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # (`past_key_values` on >= 5.24: checked in the next test)
+        rest = model(
+            input_ids=ids, attention_mask=mask, decoder_input_ids=target[:, 3:], use_cache=True, **{name: cache}
+        )
     assert getattr(rest, CACHE_NAME) is cache and cache.get_seq_length() == 5
     assert torch.allclose(torch.cat([first.logits, rest.logits], 1), full, atol=1e-5)
-    with pytest.raises(ValueError, match="Pass the cache once"):
+    with pytest.raises(ValueError, match="Both `past_key_values` and `cache` are set"):
         model(input_ids=ids, attention_mask=mask, decoder_input_ids=target[:, 4:], cache=cache, past_key_values=cache)
+
+
+@contextlib.contextmanager
+def _cache_name_warnings(class_name):
+    """Collects the FutureWarnings about the cache's name, with the model's class name made generic."""
+    found = []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        yield found
+    found += [
+        str(w.message).replace(f"`{class_name}.", "`<model>.")
+        for w in caught
+        if issubclass(w.category, FutureWarning) and "past_key_values" in str(w.message)
+    ]
+
+
+@pytest.mark.skipif(CACHE_NAME != "cache", reason="transformers < 5.24 has only `past_key_values`: nothing deprecated")
+@torch.no_grad()
+def test_past_key_values_is_deprecated_as_for_transformers_own_models():
+    """Under the installed transformers, `forward(past_key_values=cache)` is `forward(cache=cache)` with the
+    deprecation warning that transformers' own decorator gives a tiny Marian model for the same call; both names at
+    once are refused with the library's message, where Marian warns with it and uses `cache` (this model refused
+    both before it took the library's decorator, and still does)."""
+    ids, mask = padded_batch()
+    target = torch.tensor([[1, 10, 11, 12, 13], [1, 14, 15, 16, 17], [1, 18, 19, 20, 21]])
+    warned = {}
+    for m in (_tiny_marian("sdpa"), tiny_model()):
+        name = type(m).__name__
+        kw = dict(input_ids=ids, attention_mask=mask, use_cache=True)
+        new_cache, old_cache = (m(**kw, decoder_input_ids=target[:, :3]).cache for _ in range(2))
+        with _cache_name_warnings(name) as with_new_name:
+            new = m(**kw, decoder_input_ids=target[:, 3:], cache=new_cache)
+        with _cache_name_warnings(name) as warned[name]:
+            old = m(**kw, decoder_input_ids=target[:, 3:], past_key_values=old_cache)
+        assert with_new_name == [], name
+        assert torch.equal(old.logits, new.logits), name
+        assert old.cache is old_cache and old_cache.get_seq_length() == new_cache.get_seq_length() == 5, name
+        for a, b in zip(new_cache.self_attention_cache.layers, old_cache.self_attention_cache.layers):
+            assert torch.equal(a.keys, b.keys) and torch.equal(a.values, b.values), name
+    assert len(warned["MarianMTModel"]) == 1 and "`past_key_values` is deprecated" in warned["MarianMTModel"][0]
+    assert warned["VanillaTransformerForConditionalGeneration"] == warned["MarianMTModel"]
+
+    # Both names: Marian warns that it uses `cache` and ignores `past_key_values`; this model refuses, same message.
+    kw = dict(input_ids=ids, attention_mask=mask, decoder_input_ids=target[:, :1], use_cache=True)
+    with _cache_name_warnings("MarianMTModel") as both:
+        _tiny_marian("sdpa")(**kw, cache=None, past_key_values=None)
+    assert len(both) == 1 and both[0].startswith("Both `past_key_values` and `cache` are set for `<model>.forward`.")
+    with pytest.raises(ValueError) as refused:
+        tiny_model()(**kw, cache=None, past_key_values=None)
+    assert str(refused.value).replace("`VanillaTransformerForConditionalGeneration.", "`<model>.") == both[0]
 
 
 @pytest.mark.parametrize("attn", ["eager", "sdpa"])
@@ -431,8 +489,6 @@ def test_output_attentions_with_eager():
 
 
 def _tiny_marian(attn):
-    from transformers import MarianConfig, MarianMTModel
-
     config = MarianConfig(
         **{k: v for k, v in TINY.items() if k != "dropout"},
         dropout=0.0,
@@ -551,6 +607,26 @@ def test_generate_continues_from_its_returned_cache(attn, crop, with_mask):
         **kw, max_new_tokens=1, decoder_input_ids=first.sequences, **{CACHE_NAME: cache}, **extra
     )
     _assert_same_generation(full, continued, first.scores)
+
+
+@pytest.mark.skipif(CACHE_NAME != "cache", reason="transformers < 5.24 has only `past_key_values`: nothing deprecated")
+def test_generate_takes_past_key_values_as_transformers_generate_does():
+    """`generate(past_key_values=...)` continues from the cache as `generate(cache=...)` does (the override reads the
+    cache after the library's renaming), with the warning `GenerationMixin.generate` gives a tiny Marian model."""
+    model = tiny_model()
+    ids, mask = padded_batch()
+    kw = dict(input_ids=ids, attention_mask=mask, num_beams=1, **NO_STOP)
+    full = model.generate(**kw, max_new_tokens=4)
+    first = model.generate(**kw, max_new_tokens=3)
+    with _cache_name_warnings(type(model).__name__) as ours:
+        continued = model.generate(
+            **kw, max_new_tokens=1, decoder_input_ids=first.sequences, past_key_values=first.cache
+        )
+    _assert_same_generation(full, continued, first.scores)
+    marian = _tiny_marian("sdpa")
+    with _cache_name_warnings("MarianMTModel") as theirs:
+        marian.generate(input_ids=ids, attention_mask=mask, max_new_tokens=1, past_key_values=None)
+    assert len(theirs) == 1 and ours == theirs
 
 
 @pytest.mark.parametrize("attn", ["eager", "sdpa"])

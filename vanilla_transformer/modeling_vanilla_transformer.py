@@ -9,6 +9,8 @@ Section numbers in comments are the paper's. The paper's choices are the default
 config flag (see `VanillaTransformerConfig`).
 """
 
+import functools
+import inspect
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,6 +31,7 @@ from transformers.modeling_outputs import (
 )
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel
 from transformers.utils import can_return_tuple, is_torchdynamo_compiling, logging
+from transformers.utils.deprecation import deprecate_kwarg
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from .configuration_vanilla_transformer import VanillaTransformerConfig
@@ -44,15 +47,49 @@ from .pipeline_vanilla_transformer import TranslationPipeline  # noqa: F401
 # transformers 5.24 renamed the key/value cache `past_key_values` -> `cache`: `generate` passes `cache=` to `forward`
 # and reads `outputs.cache`, gradient checkpointing clears a `cache` argument, and `create_causal_mask` takes
 # `cache`. 5.23 knows only `past_key_values`. This file runs on both (it is also remote code, loaded by whatever
-# transformers the user has): `forward` takes either name, and the cache is handed on and returned under the
-# installed version's name.
+# transformers the user has): the cache is taken, handed on and returned under the installed version's name.
 CACHE_NAME = "cache" if "cache" in Seq2SeqModelOutput.__dataclass_fields__ else "past_key_values"
 
 
-def _one_cache(cache: Cache | None, past_key_values: Cache | None) -> Cache | None:
-    if cache is not None and past_key_values is not None:
-        raise ValueError("Pass the cache once, as `cache` (transformers >= 5.24) or as `past_key_values`, not both.")
-    return cache if cache is not None else past_key_values
+def _cache_argument(forward: Callable) -> Callable:
+    """The cache argument of a `forward` written with `cache`, named for the installed transformers.
+
+    - >= 5.24: `cache`, with the old name deprecated by transformers' own decorator, as on its models' `forward`
+      (`modeling_marian.py`, `modeling_bart.py`: `@deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")`):
+      `past_key_values=` is taken as `cache=` with the library's FutureWarning (silently once the library reaches
+      5.40). Passing both names is refused, by the same decorator (`raise_if_both_names`), where transformers'
+      models warn and drop `past_key_values`: this model refused both before the decorator, and still does.
+    - 5.23: `past_key_values` is the name (its `generate` and gradient checkpointing pass it), taken without a
+      warning; `cache=` is still accepted, and both at once are refused.
+    """
+    if CACHE_NAME == "cache":
+        return deprecate_kwarg("past_key_values", "5.40.0", new_name="cache", raise_if_both_names=True)(forward)
+
+    @functools.wraps(forward)
+    def forward_with_past_key_values(*args, past_key_values: Cache | None = None, **kwargs):
+        if past_key_values is not None:
+            if kwargs.get("cache") is not None:
+                raise ValueError(
+                    f"Both `past_key_values` and `cache` are set for `{forward.__qualname__}`: pass the cache once "
+                    "(transformers < 5.24 names it `past_key_values`)."
+                )
+            kwargs["cache"] = past_key_values
+        return forward(*args, **kwargs)
+
+    signature = inspect.signature(forward)
+    forward_with_past_key_values.__signature__ = signature.replace(
+        parameters=[
+            p.replace(name="past_key_values") if p.name == "cache" else p for p in signature.parameters.values()
+        ]
+    )
+    return forward_with_past_key_values
+
+
+# `generate` as transformers >= 5.24's `GenerationMixin.generate` takes the cache: `past_key_values=` with its
+# FutureWarning, before the override below reads the cache (5.23: `past_key_values` is the name, nothing to rename).
+_generate_cache_argument = (
+    deprecate_kwarg("past_key_values", "6.0.0", new_name="cache") if CACHE_NAME == "cache" else (lambda f: f)
+)
 
 
 logger = logging.get_logger(__name__)
@@ -252,6 +289,9 @@ class VanillaTransformerDecoderLayer(GradientCheckpointingLayer):
         self.ffn = VanillaTransformerFeedForward(config, config.decoder_ffn_dim)
         self.final_layer_norm = nn.LayerNorm(config.d_model)
 
+    # The decoder passes the cache under the installed transformers' name (CACHE_NAME), the one its gradient
+    # checkpointing clears.
+    @_cache_argument
     def forward(
         self,
         hidden_states: torch.Tensor,
@@ -259,12 +299,8 @@ class VanillaTransformerDecoderLayer(GradientCheckpointingLayer):
         encoder_hidden_states: torch.Tensor | None = None,
         encoder_attention_mask: torch.Tensor | None = None,
         cache: Cache | None = None,
-        past_key_values: Cache | None = None,
         **kwargs,
     ) -> torch.Tensor:
-        # The decoder passes the cache under the installed transformers' name (CACHE_NAME), the one its gradient
-        # checkpointing clears.
-        cache = _one_cache(cache, past_key_values)
         residual = hidden_states
         if self.normalize_before:
             hidden_states = self.self_attn_layer_norm(hidden_states)
@@ -474,6 +510,7 @@ class VanillaTransformerDecoder(VanillaTransformerStack):
         super().__init__(config, VanillaTransformerDecoderLayer, config.decoder_layers)
 
     @capture_outputs
+    @_cache_argument
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -483,10 +520,8 @@ class VanillaTransformerDecoder(VanillaTransformerStack):
         cache: Cache | None = None,
         inputs_embeds: torch.Tensor | None = None,
         use_cache: bool | None = None,
-        past_key_values: Cache | None = None,
         **kwargs,
     ) -> BaseModelOutputWithPastAndCrossAttentions:
-        cache = _one_cache(cache, past_key_values)
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("Pass exactly one of `decoder_input_ids` and `decoder_inputs_embeds` to the decoder.")
         if encoder_hidden_states is None:
@@ -568,6 +603,7 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
         self.decoder.embed_tokens = value
 
     @can_return_tuple
+    @_cache_argument
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -579,16 +615,14 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
         inputs_embeds: torch.Tensor | None = None,
         decoder_inputs_embeds: torch.Tensor | None = None,
         use_cache: bool | None = None,
-        past_key_values: Cache | None = None,
         **kwargs,
     ) -> Seq2SeqModelOutput:
         r"""`kwargs` go to both stacks: `output_attentions` / `output_hidden_states` (collected by transformers'
         output capture; attention weights need `attn_implementation="eager"`: under sdpa transformers warns once and
         returns no weights, as for its own models), and attention-implementation arguments. `use_cache` defaults to
         `config.use_cache` in evaluation mode and to False in training mode, where a cache is never read. The cache
-        is `cache` (transformers >= 5.24's name) or `past_key_values` (5.23's), and is returned under the installed
-        version's name."""
-        cache = _one_cache(cache, past_key_values)
+        is `cache` (transformers >= 5.24's name; `past_key_values` there is deprecated, with transformers' warning)
+        or `past_key_values` (5.23's), and is returned under the installed version's name."""
         if encoder_outputs is None:
             encoder_outputs = self.encoder(
                 input_ids=input_ids,
@@ -724,6 +758,7 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
 
     @can_return_tuple
+    @_cache_argument
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -738,7 +773,6 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         use_cache: bool | None = None,
         num_items_in_batch: int | torch.Tensor | None = None,
         epsilon_ls: float = 0.0,
-        past_key_values: Cache | None = None,
         **kwargs,
     ) -> VanillaTransformerSeq2SeqLMOutput:
         r"""`labels` [batch, target_length], padded with -100: the loss is the cross-entropy of the next token,
@@ -761,7 +795,7 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
             decoder_input_ids=decoder_input_ids,
             decoder_attention_mask=decoder_attention_mask,
             encoder_outputs=encoder_outputs,
-            cache=_one_cache(cache, past_key_values),
+            cache=cache,
             inputs_embeds=inputs_embeds,
             decoder_inputs_embeds=decoder_inputs_embeds,
             use_cache=use_cache,
@@ -799,6 +833,7 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
             encoder_attentions=outputs.encoder_attentions,
         )
 
+    @_generate_cache_argument
     @torch.no_grad()
     def generate(self, inputs: torch.Tensor | None = None, generation_config=None, logits_processor=None, **kwargs):
         """`GenerationMixin.generate`, with two additions.
@@ -808,11 +843,12 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
           it off) is added to each source's length, taken from `attention_mask`, else from the non-padding
           `input_ids`, else from the length of `inputs_embeds` / `encoder_outputs`; with learned positions, capped
           at the position table.
-        - Continuing from a returned cache: `decoder_input_ids` with `cache` (or `past_key_values`) are read as the whole target
-          so far (as `generate` returns it), of which the cache holds a prefix. transformers tells that reading from
-          a `decoder_attention_mask` covering the whole target; without one it would feed every target token again
-          on top of the cache, so one is supplied. A cache that already holds every given token is cropped by one
-          step, so that the last token is fed again and yields the next token's scores."""
+        - Continuing from a returned cache: `decoder_input_ids` with the cache (`cache`; on 5.23 `past_key_values`,
+          a name that 5.24 takes with its deprecation warning, as `GenerationMixin.generate` does) are read as the
+          whole target so far (as `generate` returns it), of which the cache holds a prefix. transformers tells that
+          reading from a `decoder_attention_mask` covering the whole target; without one it would feed every target
+          token again on top of the cache, so one is supplied. A cache that already holds every given token is
+          cropped by one step, so that the last token is fed again and yields the next token's scores."""
         gen_config = generation_config if generation_config is not None else self.generation_config
         offset = getattr(gen_config, "source_length_offset", None)
         explicit_length = any(kwargs.get(k) is not None for k in ("max_length", "max_new_tokens")) or (
@@ -831,7 +867,7 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
                 logits_processor = LogitsProcessorList([*(logits_processor or []), limit])
                 kwargs["max_new_tokens"] = int(limit.limits.max())
 
-        cache, target = _one_cache(kwargs.get("cache"), kwargs.get("past_key_values")), kwargs.get("decoder_input_ids")
+        cache, target = kwargs.get(CACHE_NAME), kwargs.get("decoder_input_ids")
         if cache is not None and target is not None and cache.get_seq_length() > 0:
             if cache.get_seq_length() >= target.shape[1]:
                 cache.crop(target.shape[1] - 1 - cache.get_seq_length())  # (crop takes the number to drop, negated)
