@@ -1,0 +1,79 @@
+"""How long `vanilla-transformer COMMAND --help` takes, per command: the median of N runs, each a new process.
+
+    python bench/cli_help_times.py [--runs 5]
+
+Each run starts `python -m vanilla_transformer.cli COMMAND --help` (what the console script runs) and times it from
+the start of the process to its exit, Python's own start included. The command line builds its parsers without
+torch, transformers or huggingface_hub (design note: "`--help` answers at once"); this measures it. `train --help`
+is included: a command that is missing or fails is printed with its error instead of a time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+
+ROOT = Path(__file__).resolve().parents[1]
+COMMANDS = (
+    [],
+    ["translate"],
+    ["export"],
+    ["export", "ctranslate2"],
+    ["push"],
+    ["attention"],
+    ["average"],
+    ["train"],
+)
+
+
+def cpu_model() -> str:
+    """The CPU's model name (from /proc/cpuinfo on Linux), else what `platform` knows."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def time_help(command: list[str], runs: int) -> tuple[float | None, str]:
+    """(median seconds, "") over `runs` runs of `COMMAND --help`, or (None, the error) if it exits non-zero."""
+    times = []
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    for _ in range(runs):
+        start = time.perf_counter()
+        result = subprocess.run(
+            [sys.executable, "-m", "vanilla_transformer.cli", *command, "--help"],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            env=env,
+        )
+        times.append(time.perf_counter() - start)
+        if result.returncode != 0:
+            return None, (result.stderr.strip().splitlines() or [f"exit status {result.returncode}"])[-1]
+    return statistics.median(times), ""
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=5, help="runs per command (default 5)")
+    args = parser.parse_args()
+    print(f"CPU: {cpu_model()} ({os.cpu_count()} logical cores); Python {platform.python_version()}")
+    print(f"median of {args.runs} runs, seconds, process start to exit")
+    for command in COMMANDS:
+        name = " ".join(["vanilla-transformer", *command, "--help"])
+        seconds, error = time_help(command, args.runs)
+        print(f"{name:<50} {seconds:6.3f}" if seconds is not None else f"{name:<50} error: {error}")
+
+
+if __name__ == "__main__":
+    main()
