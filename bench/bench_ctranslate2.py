@@ -89,7 +89,7 @@ def worker(args) -> None:
         import torch
 
         sys.path.insert(0, str(ROOT))
-        from vanilla_transformer.cli import load_model
+        from vanilla_transformer.loading import load_model
         from vanilla_transformer.translate import translate
 
         torch.set_num_threads(args.threads)

@@ -339,9 +339,36 @@ def test_command_writes_the_figure(checkpoint, tmp_path, capsys):
                 "cpu",
             ]
         )
-        == 1
+        == 2
     )
     assert "`heads` must be 'all' or indices in [0, 4)" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "options, flag, message",
+    [
+        (["--kind", "encoder", "--layer", "2"], "--layer 2", "the model has 2 layers, got 2"),
+        (["--layer", "-4"], "--layer -4", "the model has 3 layers, got -4"),
+        (["--kind", "encoder", "--heads", "0,2"], "--heads 0,2", "this attention has 2 heads), got [2]"),
+        (["--heads", "first"], "--heads first", "head indices such as '0,3', got 'first'"),
+        (["--output", "{tmp}/missing/cross.png"], "--output", "the directory '{tmp}/missing' does not exist"),
+        (["--output", "{tmp}/cross.txt"], "--output", "must end in a format matplotlib writes: .png, .svg, .pdf"),
+        (["--output", "{tmp}/cross"], "--output", "must end in a format matplotlib writes"),
+        (["--beams", "0"], "--beams", "must be at least 1, got 0"),
+    ],
+)
+def test_command_checks_its_options_before_loading_the_model(
+    checkpoint, tmp_path, capsys, monkeypatch, options, flag, message
+):
+    # The layer and head counts come from config.json; the model is never loaded (nor a sentence translated).
+    monkeypatch.setattr("vanilla_transformer.loading.load_model", lambda *a, **k: pytest.fail("model loaded"))
+    options = [option.replace("{tmp}", str(tmp_path)) for option in options]
+    argv = ["attention", "--model", str(checkpoint), SOURCE, "--output", str(tmp_path / "a.png"), *options]
+    status = main(argv)
+    err = capsys.readouterr().err
+    assert status == 2 and err.count("\n") == 1 and err.startswith("vanilla-transformer attention: error: "), err
+    assert flag in err and message.replace("{tmp}", str(tmp_path)) in err and "Traceback" not in err, err
+    assert list(tmp_path.iterdir()) == []  # no figure written
 
 
 def test_remote_code_model_in_a_process_without_the_package(checkpoint, weights, tmp_path):

@@ -11,7 +11,8 @@ import torch
 from helpers import TINY_SIZES, read_multi30k, subprocess_env, train_steps
 
 from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
-from vanilla_transformer.cli import build_parser, load_model, main, read_lines
+from vanilla_transformer.cli import build_parser, main, read_lines
+from vanilla_transformer.loading import load_model
 from vanilla_transformer.precision import fast_attention_implementation
 from vanilla_transformer.tokenization import train_tokenizer
 
@@ -230,7 +231,7 @@ def test_empty_input_gives_empty_output(checkpoint, tmp_path):
     ],
 )
 def test_bad_options_fail_with_a_message_that_names_them(checkpoint, options, message, capsys):
-    assert main(["translate", "--model", str(checkpoint[0]), *options]) == 1
+    assert main(["translate", "--model", str(checkpoint[0]), *options]) == 2
     err = capsys.readouterr().err
     assert err.startswith("vanilla-transformer translate: error: ") and message in err, err
 
@@ -238,7 +239,7 @@ def test_bad_options_fail_with_a_message_that_names_them(checkpoint, options, me
 def test_missing_model_is_a_clear_error(tmp_path, capsys):
     source = tmp_path / "in.en"
     source.write_text("A dog.\n", encoding="utf-8")
-    assert main(["translate", "--model", str(tmp_path / "nowhere"), "--input", str(source), "--device", "cpu"]) == 1
+    assert main(["translate", "--model", str(tmp_path / "nowhere"), "--input", str(source), "--device", "cpu"]) == 2
     err = capsys.readouterr().err
     assert f"--model {str(tmp_path / 'nowhere')!r} could not be loaded" in err and "Traceback" not in err
 
@@ -315,3 +316,149 @@ def test_average_routes_to_the_averaging_command(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(["average", str(tmp_path), "--last", "2", "--output", str(tmp_path / "avg")])
     assert exit_info.value.code == 2 and "holds no `checkpoint-<step>` directory" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------------------------ plain errors
+
+
+def run_main(argv: list[str], capsys) -> tuple[int, str]:
+    """The exit status of `main(argv)` (argparse's errors exit through SystemExit) and what it wrote on stderr."""
+    try:
+        status = main(argv)
+    except SystemExit as exit_info:
+        status = exit_info.code
+    return status, capsys.readouterr().err
+
+
+def assert_plain_error(status: int, err: str, command: str, flag: str, message: str) -> None:
+    """Exit status 2, one line `vanilla-transformer COMMAND: error: ...` naming `flag` and saying `message`."""
+    assert status == 2, err
+    assert err.endswith("\n") and err.count("\n") == 1, err
+    assert err.startswith(f"vanilla-transformer{' ' + command if command else ''}: error: "), err
+    assert flag in err and message in err and "Traceback" not in err, err
+
+
+@pytest.fixture
+def directories(tmp_path):
+    """A run directory holding only checkpoints, one holding no model at all, a model directory without tokenizer.
+    Only the files the checks look at: nothing here is loaded."""
+    for step in (900, 1000):
+        (tmp_path / "run" / f"checkpoint-{step}").mkdir(parents=True)
+        (tmp_path / "run" / f"checkpoint-{step}" / "config.json").write_text("{}")
+    (tmp_path / "untrained" / "runs").mkdir(parents=True)
+    (tmp_path / "untrained" / "trainer_log.jsonl").write_text("")
+    (tmp_path / "no_tokenizer").mkdir()
+    (tmp_path / "no_tokenizer" / "config.json").write_text("{}")
+    (tmp_path / "no_tokenizer" / "model.safetensors").write_bytes(b"")
+    return tmp_path
+
+
+@pytest.mark.parametrize(
+    "argv, command, flag, message",
+    [
+        (["translate", "--model", "/no/such/dir"], "translate", "--model '/no/such/dir'", "no such directory"),
+        (["translate", "--model", "./no/such"], "translate", "--model './no/such'", "no such directory"),
+        (
+            ["translate", "--model", "{tmp}/run"],
+            "translate",
+            "--model",
+            "holds no model (no config.json) but models in its subdirectories (checkpoint-900, checkpoint-1000): "
+            "pass one of them, e.g. --model {tmp}/run/checkpoint-1000",
+        ),
+        (
+            ["translate", "--model", "{tmp}/untrained"],
+            "translate",
+            "--model",
+            "holds no model (no config.json; it holds runs/, trainer_log.jsonl)",
+        ),
+        (
+            ["translate", "--model", "{tmp}/no_tokenizer"],
+            "translate",
+            "--model",
+            "has no tokenizer (tokenizer.json): save the tokenizer beside the model (tokenizer.save_pretrained(",
+        ),
+        (["translate", "--model", "x", "--num_beams", "0"], "translate", "--beams", "must be at least 1, got 0"),
+        (["translate", "--model", "x", "--num-beams", "0"], "translate", "--beams", "must be at least 1, got 0"),
+        (
+            ["translate", "--model", "x", "--batch_size", "2"],
+            "translate",
+            "--batch_size",
+            "unrecognized arguments: --batch_size 2 (did you mean --batch-size?)",
+        ),
+        (
+            ["export", "ctranslate2", "/no/such/dir", "{tmp}/out"],
+            "export ctranslate2",
+            "MODEL_DIR_OR_REPO '/no/such/dir'",
+            "no such directory",
+        ),
+        (
+            ["export", "ctranslate2", "{tmp}/run", "{tmp}/out"],
+            "export ctranslate2",
+            "MODEL_DIR_OR_REPO",
+            "pass one of them, e.g. {tmp}/run/checkpoint-1000",
+        ),
+        (
+            ["export", "ctranslate2", "x", "{tmp}/out", "--quantisation", "int8"],
+            "export ctranslate2",
+            "--quantisation",
+            "(did you mean --quantization?)",
+        ),
+        (["average", "/no/such/dir", "--output", "{tmp}/avg"], "average", "RUN_DIR", "no such directory"),
+        (
+            ["average", "{tmp}/untrained", "--output", "{tmp}/avg"],
+            "average",
+            "RUN_DIR",
+            "holds no `checkpoint-<step>` directory whose save finished (it holds runs, trainer_log.jsonl)",
+        ),
+        (["average", "{tmp}/run", "--last", "0", "--output", "{tmp}/avg"], "average", "--last", "at least 1"),
+        (
+            ["average", "--checkpoints", "{tmp}/run/checkpoint-900", "/no/such", "--output", "{tmp}/avg"],
+            "average",
+            "--checkpoints '/no/such'",
+            "is not a directory",
+        ),
+        (["push", "/no/such/dir", "me/model", "--dry-run"], "push", "output_dir", "is not a directory"),
+        (["transalte", "--model", "x"], "", "COMMAND", "invalid choice: 'transalte'"),
+    ],
+)
+def test_errors_are_one_plain_line(directories, capsys, argv, command, flag, message):
+    argv = [arg.replace("{tmp}", str(directories)) for arg in argv]
+    status, err = run_main(argv, capsys)
+    assert_plain_error(status, err, command, flag, message.replace("{tmp}", str(directories)))
+    assert not (directories / "out").exists() and not (directories / "avg").exists()  # nothing was written
+
+
+def test_an_error_in_a_process_is_one_line_without_traceback():
+    result = subprocess.run(
+        [sys.executable, "-m", "vanilla_transformer.cli", "translate", "--model", "/no/such/dir"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=subprocess_env(),
+        timeout=120,
+    )
+    assert_plain_error(result.returncode, result.stderr, "translate", "--model", "no such directory")
+
+
+HEAVY_MODULES = ("torch", "transformers", "huggingface_hub", "ctranslate2", "matplotlib")
+
+
+@pytest.mark.parametrize(
+    "command", [[], ["translate"], ["export"], ["export", "ctranslate2"], ["push"], ["attention"], ["average"]]
+)
+def test_help_imports_no_heavy_module(command):
+    # `python -X importtime` lists every module the process imports (on stderr): the parsers are built and the help
+    # printed without torch, transformers, huggingface_hub, ctranslate2 or matplotlib, which take seconds to import.
+    result = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "vanilla_transformer.cli", *command, "--help"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=subprocess_env(),
+        timeout=120,
+    )
+    assert result.returncode == 0 and "usage: vanilla-transformer" in result.stdout, result.stderr[-2000:]
+    imported = {line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines() if line.startswith("import")}
+    assert "vanilla_transformer.loading" in imported  # what cli.py imports: the listing is the one of this process
+    heavy = sorted(name for name in imported if name.split(".")[0] in HEAVY_MODULES)
+    assert heavy == [], heavy

@@ -288,7 +288,7 @@ def test_command_line_export_and_translate(trained_model, tokenizer, sentences, 
     assert len(ct2_lines) == 9 and ct2_lines[0] == "" and all(ct2_lines[1:7])
 
     # An existing output directory is kept unless --force.
-    assert main(["export", "ctranslate2", str(checkpoint), str(export)]) == 1
+    assert main(["export", "ctranslate2", str(checkpoint), str(export)]) == 2
     assert "exists" in capsys.readouterr().err
     assert main(["export", "ctranslate2", str(checkpoint), str(export), "--quantization", "int8", "--force"]) == 0
     assert (export / "model.bin").stat().st_size < (checkpoint / "model.safetensors").stat().st_size / 2
@@ -305,7 +305,7 @@ def test_command_line_export_and_translate(trained_model, tokenizer, sentences, 
 )
 def test_ctranslate2_options_are_checked(options, message, tmp_path, capsys):
     args = ["translate", "--engine", "ctranslate2", "--model", str(tmp_path), "--input", os.devnull, *options]
-    assert main(args) == 1
+    assert main(args) == 2
     assert message in capsys.readouterr().err
 
 
@@ -314,9 +314,9 @@ def test_a_directory_that_is_not_an_export_is_a_clear_error(trained_model, token
     tokenizer.save_pretrained(tmp_path)  # a checkpoint, not an export
     source = tmp_path / "in.en"
     source.write_text("A man.\n", encoding="utf-8")
-    assert main(["translate", "--engine", "ctranslate2", "--model", str(tmp_path), "--input", str(source)]) == 1
+    assert main(["translate", "--engine", "ctranslate2", "--model", str(tmp_path), "--input", str(source)]) == 2
     assert "is not a CTranslate2 export of this package" in capsys.readouterr().err
-    assert main(["translate", "--compute-type", "int8", "--model", str(tmp_path), "--input", str(source)]) == 1
+    assert main(["translate", "--compute-type", "int8", "--model", str(tmp_path), "--input", str(source)]) == 2
     assert "--compute-type is for --engine ctranslate2" in capsys.readouterr().err
 
 

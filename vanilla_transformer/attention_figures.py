@@ -13,7 +13,7 @@ own code (`trust_remote_code=True`, class from `transformers_modules`) works lik
 module imports nothing from the package (torch always, matplotlib only to draw), so it can even be loaded by
 path beside such a checkpoint.
 
-The target is either generated (beam 4 by default, section 6.1) or given; it is then fed to the decoder as in
+The target is either generated (by default with the model's generation config, section 6.1) or given; it is then fed to the decoder as in
 training (teacher forcing): decoder position i reads `<s>` (i = 0) or target token i - 1 and predicts target
 token i. Hence two labellings of the decoder side:
   * cross-attention rows are labelled by the token the position predicts (`target_tokens`), the convention of
@@ -96,16 +96,6 @@ def token_labels(tokenizer, ids) -> list[str]:
     return labels
 
 
-def source_limit(model, tokenizer) -> int:
-    """The longest input (in tokens, </s> included) the pair takes: the tokenizer's `model_max_length`, and the
-    position table for learned positions (sinusoidal ones have no maximum of their own, section 3.5). The same
-    rule as `vanilla_transformer.translate.source_limit`, repeated so that this module stands alone."""
-    limit = tokenizer.model_max_length if tokenizer.model_max_length and tokenizer.model_max_length < 10**9 else 1024
-    if getattr(model.config, "position_embedding_type", "sinusoidal") == "learned":
-        limit = min(limit, model.config.max_position_embeddings)
-    return limit
-
-
 @torch.no_grad()
 def attention_weights(
     model,
@@ -128,8 +118,7 @@ def attention_weights(
         source: one sentence.
         target: the translation to analyse; None (default) = the model's own, by beam search.
         num_beams: beam size for the model's translation; None (default) = its generation config's, as `generate`,
-            `translate` and the pipeline use it (4 in the shipped config, section 6.1; the Multi30k presets' 6);
-            1 = greedy.
+            `translate` and the pipeline use it; 1 = greedy.
         max_new_tokens: at most this many generated tokens (default: the model's generation config).
     """
     if not isinstance(source, str) or not source.strip():
@@ -142,9 +131,12 @@ def attention_weights(
     # it: the tokenizer keeps spaces, and a lone "▁" the model never saw would be drawn and attended to.
     source = source.strip()
     target = target.strip() if target is not None else None
-    limit = source_limit(model, tokenizer)
+    # The config's rule (configuration_vanilla_transformer.py), read from the model: this module imports nothing of
+    # the package. A config without it (another model, or a checkpoint saved before the rule moved there) sets none.
+    rule = getattr(model.config, "input_length_limit", None)
+    limit = rule(tokenizer) if rule is not None else None
     source_ids = tokenizer(source)["input_ids"]
-    if len(source_ids) > limit:
+    if limit is not None and len(source_ids) > limit:
         raise ValueError(
             f"`source` has {len(source_ids)} tokens (</s> included) but the model takes at most {limit}: "
             f"pass a shorter sentence."
@@ -168,7 +160,7 @@ def attention_weights(
                 target_ids = target_ids[: target_ids.index(eos) + 1]
         else:
             target_ids = tokenizer(text_target=target)["input_ids"]
-        if len(target_ids) > limit:
+        if limit is not None and len(target_ids) > limit:
             raise ValueError(
                 f"`target` has {len(target_ids)} tokens (</s> included) but the model takes at most "
                 f"{limit}: pass a shorter translation."
@@ -231,8 +223,13 @@ def _check_kind(kind):
 
 
 def select_layers(weights: torch.Tensor, layer) -> list[int]:
-    """The layer indices `layer` names: None = all, else one index (negative counts from the last)."""
-    count = weights.shape[0]
+    """The layer indices `layer` names in `weights` ([layers, heads, ...]): see `layer_indices`."""
+    return layer_indices(weights.shape[0], layer)
+
+
+def layer_indices(count: int, layer) -> list[int]:
+    """The indices of `count` layers that `layer` names: None = all, else one index (negative counts from the last).
+    The command line checks `--layer` with it against the config, before the model is loaded."""
     if layer is None:
         return list(range(count))
     if isinstance(layer, bool) or not isinstance(layer, int) or not -count <= layer < count:
@@ -244,8 +241,13 @@ def select_layers(weights: torch.Tensor, layer) -> list[int]:
 
 
 def select_heads(weights: torch.Tensor, heads) -> list[int]:
-    """The head indices `heads` names: "all", one index, or a sequence of indices (or a string "0,3")."""
-    count = weights.shape[1]
+    """The head indices `heads` names in `weights` ([layers, heads, ...]): see `head_indices`."""
+    return head_indices(weights.shape[1], heads)
+
+
+def head_indices(count: int, heads) -> list[int]:
+    """The indices of `count` heads that `heads` names: "all", one index, or a sequence of indices (or a string
+    "0,3"). The command line checks `--heads` with it against the config, before the model is loaded."""
     if heads == "all":
         return list(range(count))
     if isinstance(heads, str):
@@ -274,6 +276,14 @@ def require_matplotlib():
     # A bare Figure (no pyplot): renders with Agg when saved, leaves the user's pyplot backend alone, and is not
     # kept alive by pyplot's figure registry.
     return Figure
+
+
+def save_formats() -> list[str]:
+    """The file extensions a figure can be saved as (png, svg, pdf, ...: matplotlib's `savefig` formats)."""
+    require_matplotlib()
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    return sorted(FigureCanvasBase.get_supported_filetypes())
 
 
 def draw_attention(weights: AttentionWeights, kind: str = "cross", layer: int | None = None, heads="all"):
@@ -409,7 +419,10 @@ __all__ = [
     "attention_figure",
     "attention_weights",
     "draw_attention",
+    "head_indices",
+    "layer_indices",
     "require_matplotlib",
+    "save_formats",
     "select_heads",
     "select_layers",
     "token_labels",

@@ -26,12 +26,15 @@ import re
 import shutil
 from collections.abc import Iterable
 from pathlib import Path
-
-import torch
-from safetensors import safe_open
-from safetensors.torch import save_file
+from typing import TYPE_CHECKING
 
 from .checkpoints import TRAINING_STATE_FILES, complete_checkpoints  # training state: never copied into the average
+
+
+# torch and safetensors are imported inside the functions that use them: the command line imports this module for
+# `vanilla-transformer average --help`, which must answer at once.
+if TYPE_CHECKING:
+    import torch
 
 
 logger = logging.getLogger(__name__)
@@ -77,6 +80,8 @@ def _weight_files(checkpoint: Path) -> list[Path]:
 
 
 def _load_weights(checkpoint: Path) -> dict[str, torch.Tensor]:
+    from safetensors import safe_open
+
     tensors: dict[str, torch.Tensor] = {}
     for path in _weight_files(checkpoint):
         with safe_open(str(path), framework="pt") as handle:
@@ -90,6 +95,8 @@ def average_state_dicts(state_dicts: Iterable[dict[str, torch.Tensor]], names: l
     Non-floating tensors (integer buffers) must be equal in all inputs and are copied. `state_dicts` may be a
     generator: only the float64 sums and one input are in memory at a time (20 checkpoints of the big model
     would not fit otherwise). `names` label the inputs in error messages."""
+    import torch
+
     sums: dict[str, torch.Tensor] = {}
     dtypes: dict[str, torch.dtype] = {}
     count = 0
@@ -140,6 +147,8 @@ def average_checkpoints(checkpoint_dirs: list[str], output_dir: str) -> str:
             f"`checkpoint_dirs` must be a non-empty list of checkpoint directories, got {checkpoint_dirs!r}: "
             f"e.g. `last_checkpoints(run_dir, 5)`."
         )
+    from safetensors.torch import save_file
+
     checkpoints = [Path(path) for path in checkpoint_dirs]
     for path in checkpoints:
         if not path.is_dir():
@@ -170,9 +179,11 @@ def average_checkpoints(checkpoint_dirs: list[str], output_dir: str) -> str:
     return str(output)
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, prog: str = "python -m vanilla_transformer.averaging") -> int:
+    """The averaging command line (`vanilla-transformer average` passes its own `prog`). Option errors are one line,
+    `PROG: error: ...` naming the option, exit status 2 (argparse's), checked before any weight is read."""
     parser = argparse.ArgumentParser(
-        prog="python -m vanilla_transformer.averaging",
+        prog=prog,
         description="Average the weights of the last checkpoints of a training run (paper, section 6.1).",
     )
     parser.add_argument("run_dir", nargs="?", help="the Trainer's output_dir, holding checkpoint-<step> directories")
@@ -184,16 +195,51 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--checkpoints", nargs="+", help="explicit checkpoint directories instead of RUN_DIR --last")
     parser.add_argument("--output", required=True, help="directory to write the averaged model to")
+
+    def error(message: str):  # one line, without argparse's usage block
+        parser.exit(2, f"{prog}: error: {message}\n")
+
+    parser.error = error
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     if (args.run_dir is None) == (args.checkpoints is None):
-        parser.error("give either RUN_DIR (with --last) or --checkpoints, not both or neither")
+        error("give either RUN_DIR (with --last) or --checkpoints, not both or neither")
+    if args.checkpoints:
+        missing = [path for path in args.checkpoints if not Path(path).is_dir()]
+        if missing:
+            error(f"--checkpoints {missing[0]!r} is not a directory: pass checkpoint-<step> directories of one run.")
+        checkpoints = args.checkpoints
+    else:
+        checkpoints = _last_checkpoints_of(args.run_dir, args.last, error)
+    if Path(args.output).resolve() in {Path(path).resolve() for path in checkpoints}:
+        error(f"--output {args.output!r} is one of the checkpoints averaged: write the average elsewhere.")
     try:
-        checkpoints = args.checkpoints or last_checkpoints(args.run_dir, args.last)
         print(average_checkpoints(checkpoints, args.output))
-    except ValueError as error:
-        parser.error(str(error))
+    except ValueError as failure:  # checkpoints that cannot be averaged together (different models, no safetensors)
+        error(str(failure))
     return 0
+
+
+def _last_checkpoints_of(run_dir: str, last: int, error) -> list[str]:
+    """`last_checkpoints`, with the command line's messages (RUN_DIR, --last) passed to `error`."""
+    if last < 1:
+        error(f"--last must be at least 1 (the number of checkpoints to average), got {last}.")
+    if not Path(run_dir).is_dir():
+        error(f"RUN_DIR {run_dir!r}: no such directory. Pass the output directory of a training run.")
+    checkpoints = complete_checkpoints(run_dir)
+    if not checkpoints:
+        held = sorted(child.name for child in Path(run_dir).iterdir())
+        error(
+            f"RUN_DIR {run_dir!r} holds no `checkpoint-<step>` directory whose save finished (it holds "
+            f"{', '.join(held[:8]) + (', ...' if len(held) > 8 else '') if held else 'nothing'}): pass it once "
+            f"training has saved checkpoints there, or name checkpoint directories with --checkpoints."
+        )
+    if last > len(checkpoints):
+        error(
+            f"--last {last} but RUN_DIR {run_dir!r} holds only {len(checkpoints)} checkpoints whose save finished "
+            f"({', '.join(Path(path).name for path in checkpoints)}): pass --last {len(checkpoints)} or fewer."
+        )
+    return checkpoints[-last:]
 
 
 if __name__ == "__main__":

@@ -20,8 +20,8 @@ the output is the translation of line i of the input, so the files stay aligned.
     the line (numbered from 1): it is never dropped;
   * a line break inside a generated translation (possible with byte-level tokens) is written as a space.
 Sentences are translated in batches of similar length (sorted by length, order restored afterwards); decoding is
-the model's generation config (section 6.1: beam 4, length penalty 0.6, at most source length + 50 tokens) unless
-`--beams` / `--max-new-tokens` say otherwise. A progress bar is drawn on stderr when stderr is a terminal.
+the model's generation config (its beam size and length penalty, and at most source length + 50 tokens, section 6.1)
+unless `--beams` / `--max-new-tokens` say otherwise. A progress bar is drawn on stderr when stderr is a terminal.
 `--engine ctranslate2` does the same with a model written by `export ctranslate2` (same tokens as `generate`, about
 twice as fast on a CPU; see vanilla_transformer/export_ctranslate2.py).
 """
@@ -29,17 +29,42 @@ twice as fast on a CPU; see vanilla_transformer/export_ctranslate2.py).
 from __future__ import annotations
 
 import argparse
+import difflib
 import logging
 import sys
 from pathlib import Path
 
-from .hub import DEFAULT_COMMIT_MESSAGE
+# Only light modules at the top (the standard library, and package modules that import nothing heavy at theirs):
+# the parsers are built without torch, transformers or huggingface_hub, so that `--help` answers at once.
+from .loading import DTYPES, check_model_location
 
-
-logger = logging.getLogger("vanilla_transformer.cli")
 
 PROG = "vanilla-transformer"
-DTYPES = ("auto", "float32", "bfloat16", "float16")
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse's parser, with its errors on one line (`vanilla-transformer CMD: error: ...`, exit status 2) instead
+    of the usage block: the message names the option, and `--help` lists them all."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def unrecognized(parser: argparse.ArgumentParser, extras: list[str]) -> str:
+    """argparse's "unrecognized arguments" message, with the closest option of the command for each unknown flag."""
+    options = [option for action in parser._actions for option in action.option_strings]
+    hints = []
+    for extra in extras:
+        flag = extra.split("=", 1)[0]
+        close = difflib.get_close_matches(flag, options, n=1) if flag.startswith("-") else []
+        if close:
+            hints.append((flag, close[0]))
+    message = f"unrecognized arguments: {' '.join(extras)}"
+    if len(hints) == 1:
+        return f"{message} (did you mean {hints[0][1]}?)"
+    if hints:
+        return f"{message} (did you mean {', '.join(f'{close} for {flag}' for flag, close in hints)}?)"
+    return message
 
 
 # ------------------------------------------------------------------------------------------------ translate
@@ -90,85 +115,6 @@ def write_lines(target: str, lines: list[str]) -> None:
     path.write_bytes(data)
 
 
-def resolve_device(name):
-    """A torch.device from `--device` ("auto": cuda, else mps, else cpu); ValueError if it is not usable here."""
-    import torch
-
-    if isinstance(name, torch.device):
-        return name
-    if name == "auto":
-        if torch.cuda.is_available():
-            return torch.device("cuda")
-        if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
-            return torch.device("mps")
-        return torch.device("cpu")
-    try:
-        device = torch.device(name)
-    except RuntimeError as error:
-        raise ValueError(
-            f"--device {name!r} is not a torch device ({error}): use auto, cpu, cuda, cuda:1, mps, ..."
-        ) from None
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(
-            f"--device {name!r} but torch sees no CUDA GPU (torch.cuda.is_available() is False): use "
-            f"--device cpu, or install a CUDA build of torch."
-        )
-    if device.type == "mps" and not torch.backends.mps.is_available():
-        raise ValueError(f"--device {name!r} but MPS is not available on this machine: use --device cpu.")
-    return device
-
-
-def load_model(
-    model: str,
-    *,
-    revision: str | None = None,
-    dtype: str = "float32",
-    device: str = "auto",
-    trust_remote_code: bool = False,
-):
-    """(model, tokenizer) from a checkpoint directory or Hub repo, through the Auto classes, on `device`, eval mode.
-
-    Importing this package registers its classes, so its own checkpoints load without remote code;
-    `trust_remote_code=True` is needed only for a checkpoint whose code differs from the installed package's
-    (it is never asked for interactively: without it such a checkpoint is an error).
-    """
-    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
-
-    from . import register
-    from .precision import fast_attention_implementation, resolve_dtype
-
-    register()  # the config and model with the Auto classes (deferred when the command line started the process)
-    if dtype not in DTYPES:
-        raise ValueError(f"--dtype {dtype!r} is not one of {list(DTYPES)}.")
-    target = resolve_device(device)
-    torch_dtype, reason = resolve_dtype(dtype, target)
-    logger.info("dtype %s (%s)", str(torch_dtype).removeprefix("torch."), reason)
-    # bfloat16 on a CPU: the eager attention is the fast kernel there (see precision.fast_attention_implementation).
-    attention = fast_attention_implementation(target, torch_dtype)
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(model, revision=revision, trust_remote_code=trust_remote_code)
-        seq2seq = AutoModelForSeq2SeqLM.from_pretrained(
-            model,
-            revision=revision,
-            dtype=torch_dtype,
-            trust_remote_code=trust_remote_code,
-            **({"attn_implementation": attention} if attention else {}),
-        )
-    except (OSError, ValueError) as error:  # a missing path, a repo that does not exist, a malformed id, ...
-        if "trust_remote_code" in str(error):
-            raise ValueError(
-                f"--model {model!r} needs its own code, which this package does not provide: add --trust-remote-code "
-                f"if you trust the code of that checkpoint (read its .py files first)."
-            ) from None
-        raise ValueError(
-            f"--model {model!r} could not be loaded ({type(error).__name__}: {error}): pass a directory written by "
-            f"train.py or "
-            f"`save_pretrained` (with the tokenizer saved beside the model), or a Hub repo id such as "
-            f"'your-name/transformer-en-de' (with --revision for a branch)."
-        ) from None
-    return seq2seq.to(target).eval(), tokenizer
-
-
 def cmd_translate(args) -> int:
     if args.batch_size < 1:
         raise ValueError(f"--batch-size must be at least 1, got {args.batch_size}.")
@@ -180,8 +126,11 @@ def cmd_translate(args) -> int:
         return cmd_translate_ctranslate2(args)
     if args.compute_type is not None:
         raise ValueError("--compute-type is for --engine ctranslate2; with transformers use --dtype.")
+    from .loading import load_model, resolve_device
+
+    check_model_location(args.model)  # bad options and input fail before torch is imported and the model loaded
     device = resolve_device(args.device)
-    lines = read_lines(args.input)  # bad options and input fail before the model is loaded
+    lines = read_lines(args.input)
     model, tokenizer = load_model(
         args.model,
         revision=args.revision,
@@ -249,6 +198,7 @@ def cmd_translate_ctranslate2(args) -> int:
 def cmd_export_ctranslate2(args) -> int:
     from .export_ctranslate2 import export_ctranslate2
 
+    check_model_location(args.model, option="MODEL_DIR_OR_REPO")  # before ctranslate2 and torch are imported
     try:
         path = export_ctranslate2(
             args.model,
@@ -276,14 +226,13 @@ def add_export_parser(commands) -> None:
     c = formats.add_parser(
         "ctranslate2",
         help="CTranslate2 (OpenNMT, Argos Translate / LibreTranslate): ~2x faster CPU decoding",
-        description="Write the model as a CTranslate2 model directory, with its tokenizer and decoding settings "
-        "(beam 4, length penalty 0.6, at most source length + 50 tokens), for `translate --engine ctranslate2` or "
-        "any CTranslate2 runtime. Needs the ct2 extra: pip install 'vanilla-transformer[ct2]'.",
+        description="Write the model as a CTranslate2 model directory, with its tokenizer and the decoding settings "
+        "of the model's generation config, for `translate --engine ctranslate2` or any CTranslate2 runtime. Needs the ct2 extra: pip install 'vanilla-transformer[ct2]'.",
     )
     c.add_argument(
         "model",
         metavar="MODEL_DIR_OR_REPO",
-        help="checkpoint directory (train.py's --output_dir, averaged/, a checkpoint-N) or Hub repo id, "
+        help="checkpoint directory (`vanilla-transformer train`'s --output_dir, averaged/, a checkpoint-N) or Hub repo id, "
         "with its tokenizer",
     )
     c.add_argument("output_dir", metavar="OUTPUT_DIR", help="directory to write (must not exist, unless --force)")
@@ -295,7 +244,7 @@ def add_export_parser(commands) -> None:
     )
     c.add_argument("--force", action="store_true", help="replace OUTPUT_DIR if it exists")
     add_checkpoint_options(c)
-    c.set_defaults(func=cmd_export_ctranslate2)
+    c.set_defaults(func=cmd_export_ctranslate2, command_parser=c)
 
 
 # ------------------------------------------------------------------------------------------------ push, average
@@ -304,21 +253,29 @@ def add_export_parser(commands) -> None:
 def cmd_push(args) -> int:
     from .hub import files_to_push, push_run
 
+    files = files_to_push(args.output_dir)  # a wrong OUTPUT_DIR fails here, before the Hub is asked anything
     if args.dry_run:
-        for name in files_to_push(args.output_dir):
+        for name in files:
             print(name)
         print("README.md")
         return 0
-    url = push_run(
-        args.output_dir,
-        args.repo_id,
-        private=args.private,
-        revision=args.revision,
-        token=args.token,
-        commit_message=args.commit_message,
-        results=args.results,
-        prune=not args.no_prune,
-    )
+    try:
+        url = push_run(
+            args.output_dir,
+            args.repo_id,
+            private=args.private,
+            revision=args.revision,
+            token=args.token,
+            # hub.DEFAULT_COMMIT_MESSAGE when not given (not imported here: huggingface_hub would slow down --help)
+            **({"commit_message": args.commit_message} if args.commit_message is not None else {}),
+            results=args.results,
+            prune=not args.no_prune,
+        )
+    except ValueError as error:
+        # The Hub's answer (a token it refuses, a repo of another namespace): the command ran and failed, which is
+        # exit status 1; status 2 is for options and inputs checked before any work.
+        print(f"{args.command_parser.prog}: error: {error}", file=sys.stderr)
+        return 1
     print(url)
     return 0
 
@@ -327,13 +284,22 @@ def cmd_push(args) -> int:
 
 
 def cmd_attention(args) -> int:
-    from .attention_figures import DPI, attention_weights, draw_attention, require_matplotlib
+    from .attention_figures import (
+        DPI,
+        attention_weights,
+        draw_attention,
+        head_indices,
+        layer_indices,
+        require_matplotlib,
+        save_formats,
+    )
+    from .loading import load_config, load_model
 
+    # Everything that can be checked without the weights is checked first: loading and translating take seconds.
     try:
-        require_matplotlib()  # before the model is loaded
+        require_matplotlib()
     except ImportError as error:
-        print(f"{PROG} attention: error: {error}", file=sys.stderr)
-        return 1
+        raise ValueError(str(error)) from None
     if args.beams is not None and args.beams < 1:
         raise ValueError(f"--beams must be at least 1, got {args.beams}.")
     output = Path(args.output)
@@ -341,6 +307,24 @@ def cmd_attention(args) -> int:
         raise ValueError(
             f"--output {args.output!r}: the directory {str(output.parent)!r} does not exist; create it first."
         )
+    formats = save_formats()
+    if output.suffix.lower().removeprefix(".") not in formats:
+        raise ValueError(
+            f"--output {args.output!r}: the file name must end in a format matplotlib writes: .png, .svg, .pdf "
+            f"(or {', '.join('.' + f for f in formats if f not in ('png', 'svg', 'pdf'))})."
+        )
+    # The layer and head counts are in the config: read without the weights.
+    config = load_config(args.model, revision=args.revision, trust_remote_code=args.trust_remote_code)
+    side = "encoder" if args.kind == "encoder" else "decoder"  # cross-attention is in the decoder's layers
+    for option, value, count, check in (
+        ("--layer", args.layer, getattr(config, f"{side}_layers", None), layer_indices),
+        ("--heads", args.heads, getattr(config, f"{side}_attention_heads", None), head_indices),
+    ):
+        if isinstance(count, int):  # a config of another kind names them otherwise: draw_attention checks them then
+            try:
+                check(count, value)
+            except ValueError as error:
+                raise ValueError(f"{option} {value}: {error}") from None
     model, tokenizer = load_model(
         args.model, revision=args.revision, device=args.device, trust_remote_code=args.trust_remote_code
     )
@@ -368,7 +352,7 @@ def add_checkpoint_options(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog=PROG,
         description=__doc__.split("\n\n")[0],
         epilog=f"Run `{PROG} COMMAND --help` for the options of a command.",
@@ -385,7 +369,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--model",
         required=True,
         metavar="PATH_OR_REPO",
-        help="checkpoint directory (train.py's --output_dir, averaged/, a checkpoint-N) or Hub repo id; "
+        help="checkpoint directory (`vanilla-transformer train`'s --output_dir, averaged/, a checkpoint-N) or Hub repo id; "
         "the tokenizer is loaded from the same place",
     )
     t.add_argument(
@@ -396,10 +380,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     t.add_argument(
         "--beams",
+        "--num-beams",  # generate's and the pipeline's name, written as an option
+        "--num_beams",
+        dest="beams",
         type=int,
         default=None,
         metavar="N",
-        help="beam size (default: the model's generation config, 4 as in the paper; 1 = greedy)",
+        help="beam size (default: the model's generation config; 1 = greedy)",
     )
     t.add_argument("--batch-size", type=int, default=32, metavar="N", help="sentences per batch (default 32)")
     t.add_argument(
@@ -437,7 +424,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="at most N tokens per translation (default: the model's rule, source length + 50)",
     )
     add_checkpoint_options(t)
-    t.set_defaults(func=cmd_translate)
+    t.set_defaults(func=cmd_translate, command_parser=t)
 
     add_export_parser(commands)
 
@@ -449,7 +436,10 @@ def build_parser() -> argparse.ArgumentParser:
         "results.json, plots and results.json; never checkpoints, optimizer states, training_args.bin, TensorBoard "
         "runs or hypotheses. The token is checked before anything is uploaded.",
     )
-    p.add_argument("output_dir", help="train.py's --output_dir, or a save_pretrained directory holding the tokenizer")
+    p.add_argument(
+        "output_dir",
+        help="`vanilla-transformer train`'s --output_dir, or a save_pretrained directory holding the tokenizer",
+    )
     p.add_argument(
         "repo_id", help="'namespace/name' on the Hub ('name' alone: your own namespace); created if missing"
     )
@@ -466,7 +456,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--token", default=None, help="Hub token with write access (default: HF_TOKEN, else `hf auth login`)"
     )
     p.add_argument(
-        "--commit-message", default=DEFAULT_COMMIT_MESSAGE, help=f"commit title (default: {DEFAULT_COMMIT_MESSAGE!r})"
+        "--commit-message",
+        default=None,
+        help="commit title (default: vanilla_transformer.hub.DEFAULT_COMMIT_MESSAGE)",
     )
     p.add_argument(
         "--results",
@@ -484,7 +476,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--dry-run", action="store_true", help="list the files that would be uploaded and exit (no network)"
     )
-    p.set_defaults(func=cmd_push)
+    p.set_defaults(func=cmd_push, command_parser=p)
 
     a = commands.add_parser(
         "attention",
@@ -519,6 +511,9 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--heads", default="all", metavar="all|0,3", help="heads to draw: 'all' (default) or indices")
     a.add_argument(
         "--beams",
+        "--num-beams",
+        "--num_beams",
+        dest="beams",
         type=int,
         default=None,
         metavar="N",
@@ -526,7 +521,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     a.add_argument("--device", default="auto", help="torch device: auto (default), cpu, cuda, mps")
     add_checkpoint_options(a)
-    a.set_defaults(func=cmd_attention)
+    a.set_defaults(func=cmd_attention, command_parser=a)
 
     commands.add_parser(
         "train",
@@ -553,9 +548,11 @@ def main(argv: list[str] | None = None) -> int:
         # The averaging module owns its options; this command only routes to it.
         from .averaging import main as average_main
 
-        return average_main(argv[1:])
+        return average_main(argv[1:], prog=f"{PROG} average")
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extras = parser.parse_known_args(argv)
+    if extras:  # reported by the command's parser, with the closest known option, not by the top level's
+        getattr(args, "command_parser", parser).error(unrecognized(getattr(args, "command_parser", parser), extras))
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.WARNING, format=f"{PROG}: %(levelname)s: %(message)s")
     from . import register
@@ -563,9 +560,9 @@ def main(argv: list[str] | None = None) -> int:
     register()  # deferred while the arguments were parsed (vanilla_transformer/__init__.py)
     try:
         return args.func(args)
-    except ValueError as error:
-        print(f"{PROG} {args.command}: error: {error}", file=sys.stderr)
-        return 1
+    except ValueError as error:  # an option or input that cannot work, found before (or instead of) the work
+        print(f"{args.command_parser.prog}: error: {error}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -142,6 +142,23 @@ class VanillaTransformerConfig(PretrainedConfig):
             info["pt"] = [c if isinstance(c, str) else c.__name__ for c in info.get("pt", ())]
         return output
 
+    def input_length_limit(self, tokenizer=None) -> int:
+        """The longest input, in tokens with `</s>`, that translation gives the model (`translate.translate`, the
+        translation pipeline, the CTranslate2 export and the attention figures alike): the smaller of
+        `max_position_embeddings` and the tokenizer's `model_max_length` (when set).
+
+        Learned positions have no row past the table. Sinusoidal ones (section 3.5) are defined at any length, but
+        `max_position_embeddings` is still the longest input the model is configured for: longer ones are given to it
+        only when asked (the pipeline's `max_input_length=` or `truncation=False`). A method of the config, which
+        every checkpoint ships, so that the pipeline file (remote code importing nothing of this package) and the
+        package's modules read the one rule.
+        """
+        limits = [self.max_position_embeddings]
+        tokenizer_limit = getattr(tokenizer, "model_max_length", None)
+        if tokenizer_limit is not None and tokenizer_limit < 10**9:  # "unset" is a huge int
+            limits.append(tokenizer_limit)
+        return min(limits)
+
     @classmethod
     def from_preset(cls, name: str, **overrides) -> "VanillaTransformerConfig":
         """`base` / `big` (Table 3) or `small` (CPU), with any field overridden."""

@@ -17,15 +17,15 @@ final norms, `normalize_before`), ReLU (or the configured activation), W_Q/W_K/W
 pre-softmax projection (section 3.4, stored once: CTranslate2 aliases equal weights), the sqrt(d_model) scale, and
 the sinusoidal positions of section 3.5 **written into the model as a table**: CTranslate2's built-in sinusoid puts
 all sines before all cosines, this model interleaves them, so its own table would give other numbers. The table has
-`source_limit + offset` rows (the longest source `translate` accepts, default 1024 tokens, plus the 50 tokens the
-maximum output length adds); CTranslate2 refuses a longer sequence ("No position encodings are defined for positions
+`source_limit + offset` rows (the longest source `translate` accepts, the config's `input_length_limit`: default 1024
+tokens, plus the 50 tokens the maximum output length adds); CTranslate2 refuses a longer sequence ("No position encodings are defined for positions
 >= N"), which `translate_ctranslate2` never sends: it truncates longer sources as `translate` does (with a warning
 naming the line) and never asks for more output tokens than the table has. Learned positions
 (`position_embedding_type="learned"`) are written as they are, with `max_position_embeddings` rows.
 
 The tokenizer goes along (`tokenizer.json`; CTranslate2 takes tokens, not text) and so do the decoding settings of
-the model's generation config (`vanilla_transformer_ct2.json`: beam 4, length penalty 0.6, maximum output length
-source + 50 tokens, section 6.1). Translating with the export needs `ctranslate2` and `tokenizers` only: no torch,
+the model's generation config (`vanilla_transformer_ct2.json`: its beam size and length penalty, maximum output
+length source + 50 tokens, section 6.1). Translating with the export needs `ctranslate2` and `tokenizers` only: no torch,
 no transformers.
 
 **Same tokens as `generate`.** CTranslate2's beam search is the one `generate` runs with `early_stopping=True`: the
@@ -251,8 +251,6 @@ def export_ctranslate2(
     import_ctranslate2()
     from ctranslate2.converters import Converter
 
-    from .pipeline_vanilla_transformer import input_length_limit
-
     if quantization not in QUANTIZATIONS:
         raise ValueError(f"quantization={quantization!r} is not one of {list(QUANTIZATIONS)}.")
     output_dir = Path(output_dir)
@@ -262,7 +260,7 @@ def export_ctranslate2(
             f"(--force) to replace it."
         )
     if isinstance(model, (str, os.PathLike)):
-        from .cli import load_model
+        from .loading import load_model
 
         model, tokenizer = load_model(str(model), revision=revision, device="cpu", trust_remote_code=trust_remote_code)
     elif tokenizer is None:
@@ -270,7 +268,7 @@ def export_ctranslate2(
     from .tokenization import check_tokenizer_fits_model
 
     check_tokenizer_fits_model(tokenizer, model.config)
-    limit = input_length_limit(model.config, tokenizer)  # the longest source `translate` gives the model
+    limit = model.config.input_length_limit(tokenizer)  # the longest source `translate` gives the model
     if model.config.position_embedding_type == "learned":
         table_length = model.config.max_position_embeddings  # outputs stop there: the model has no position beyond
     else:
@@ -524,8 +522,8 @@ def translate_ctranslate2(
     Each sentence is translated without its outer whitespace, as `translate.translate` does (training strips it).
     Empty (or all-whitespace) sentences give empty translations without running the model; a sentence longer than
     the export takes (`source_limit` tokens, `</s>` included) is truncated to it, with a warning naming its line
-    (counting from 1). Decoding: the exported generation settings (beam 4, length penalty 0.6, at most source
-    length + 50 tokens) unless `num_beams` / `max_new_tokens` say otherwise.
+    (counting from 1). Decoding: the exported generation settings (the model's generation config: its beam size and
+    length penalty, at most source length + 50 tokens) unless `num_beams` / `max_new_tokens` say otherwise.
     """
     from tqdm.auto import tqdm
 

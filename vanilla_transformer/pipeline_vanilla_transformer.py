@@ -34,22 +34,6 @@ CUSTOM_PIPELINES = {
 }
 
 
-def input_length_limit(config, tokenizer) -> int | None:
-    """The longest input, in tokens with `</s>`, that translation gives the model (`translate()` and the pipeline
-    alike): the smaller of the config's `max_position_embeddings` and the tokenizer's `model_max_length` (when set).
-
-    Learned positions have no row past the table. Sinusoidal ones (section 3.5) are defined at any length, but
-    `max_position_embeddings` is still the longest input the model is configured for: longer ones are given to it
-    only when asked (the pipeline's `max_input_length=` or `truncation=False`).
-    """
-    limits = [getattr(config, "max_position_embeddings", None)]
-    tokenizer_limit = getattr(tokenizer, "model_max_length", None)
-    if tokenizer_limit is not None and tokenizer_limit < 10**9:  # "unset" is a huge int
-        limits.append(tokenizer_limit)
-    limits = [limit for limit in limits if limit]
-    return min(limits) if limits else None
-
-
 class TranslationPipeline(Pipeline):
     """Translate text with an encoder-decoder model: text -> tokenizer -> `model.generate` -> text.
 
@@ -58,14 +42,15 @@ class TranslationPipeline(Pipeline):
     one sequence is asked for). Keyword arguments of `generate()` (`num_beams`, `max_new_tokens`,
     `length_penalty`, `num_return_sequences`, ...) may be given when the pipeline is built or at
     each call; anything not set falls back to the model's `generation_config` and `generate` (for
-    this model: beam 4, length penalty 0.6, at most source length + 50 tokens). `batch_size=n`
+    this model: its beam size and length penalty, at most source length + 50 tokens). `batch_size=n`
     translates n sentences at a time, padded with the tokenizer's pad id (the attention mask hides
     the padding, so results equal one-by-one translation).
 
     Pipeline arguments:
         truncation: cut inputs longer than `max_input_length` (default True).
-        max_input_length: longest input in tokens, `</s>` included; default `input_length_limit`: the
-            smaller of the tokenizer's `model_max_length` and the model's `max_position_embeddings`.
+        max_input_length: longest input in tokens, `</s>` included; default the config's
+            `input_length_limit(tokenizer)` (configuration_vanilla_transformer.py): the smaller of the tokenizer's
+            `model_max_length` and the model's `max_position_embeddings`; none for a config without that rule.
         return_tensors: return `{"translation_token_ids": tensor}` instead of text.
         clean_up_tokenization_spaces: passed to `tokenizer.decode` (default: the tokenizer's).
     """
@@ -118,7 +103,9 @@ class TranslationPipeline(Pipeline):
                 f"TranslationPipeline translates strings, got {type(text).__name__} ({text!r:.60}): pass a "
                 "string or a list of strings."
             )
-        max_length = max_input_length or input_length_limit(self.model.config, self.tokenizer)
+        # The config's rule: this file imports nothing from the package (it is remote code), the config carries it.
+        rule = getattr(self.model.config, "input_length_limit", None)
+        max_length = max_input_length or (rule(self.tokenizer) if rule is not None else None)
         # Without its outer whitespace, as the model was trained (`train.py` strips every sentence): the tokenizer
         # keeps spaces, so " A man" would start with a lone "▁" token the model never saw.
         return self.tokenizer(
@@ -177,4 +164,4 @@ class TranslationPipeline(Pipeline):
         return super().__call__(inputs, *args, **kwargs)
 
 
-__all__ = ["CUSTOM_PIPELINES", "TranslationPipeline", "input_length_limit"]
+__all__ = ["CUSTOM_PIPELINES", "TranslationPipeline"]

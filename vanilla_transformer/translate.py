@@ -1,8 +1,8 @@
 """Translate a list of sentences with a trained model: batches sorted by length, order restored.
 
 Used by `train.py` (test-set BLEU of the final and the averaged model) and by the `vanilla-transformer
-translate` command. `generate` does the decoding (by default the model's generation config: beam 4,
-length penalty 0.6, maximum output length = source length + 50, section 6.1).
+translate` command. `generate` does the decoding (by default the model's generation config: its beam
+size and length penalty, maximum output length = source length + 50, section 6.1).
 """
 
 from __future__ import annotations
@@ -12,8 +12,6 @@ from collections.abc import Callable, Sequence
 
 import torch
 from tqdm.auto import tqdm
-
-from .pipeline_vanilla_transformer import input_length_limit
 
 
 logger = logging.getLogger(__name__)
@@ -62,14 +60,14 @@ def translate(
     whitespace, as `train.py` trains on it (`data.tokenize_corpus` strips it): the tokenizer keeps spaces (" A man"
     gets a lone `▁` token first), and a model that never saw one translates such input differently. An empty (or
     all-whitespace) sentence gives an empty translation without calling the model. A sentence longer than the
-    model takes (`input_length_limit`, the translation pipeline's rule too) is truncated to that many tokens (its
+    model takes (the config's `input_length_limit`, the translation pipeline's rule too) is truncated to that many tokens (its
     last one kept `</s>`), with a warning naming its line (counting from 1, as in the input file): it is never
     dropped.
     """
     if batch_size < 1:
         raise ValueError(f"`batch_size` must be at least 1, got {batch_size}.")
     results = [""] * len(sentences)
-    limit = input_length_limit(model.config, tokenizer)
+    limit = model.config.input_length_limit(tokenizer)
     encoded = encode_sources(sentences, lambda texts: tokenizer(texts)["input_ids"], limit)
     if not encoded:
         return results
