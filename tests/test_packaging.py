@@ -276,7 +276,15 @@ def test_installed_wheel_trains_with_a_shipped_preset_from_any_directory(fresh_e
     assert results["training"]["hyperparameters"]["label_smoothing"] == 0.2  # the preset's recipe
     # The module form runs the same command; its errors are one line.
     bad = subprocess.run(
-        [str(fresh_env), "-m", "vanilla_transformer.train", "--config", "multi30k_en_de_cpu", "--dataset", "nowhere"],
+        [
+            str(fresh_env),
+            "-m",
+            "vanilla_transformer.train",
+            "--config",
+            "multi30k_en_de_cpu",
+            "--dataset",
+            "./nowhere",
+        ],
         cwd=work,
         env=env,
         capture_output=True,
@@ -286,5 +294,5 @@ def test_installed_wheel_trains_with_a_shipped_preset_from_any_directory(fresh_e
     assert (
         bad.returncode == 2
         and bad.stderr.strip().count("\n") == 0
-        and "--dataset='nowhere' does not exist" in bad.stderr
+        and "--dataset='./nowhere' does not exist" in bad.stderr
     )

@@ -158,3 +158,11 @@ def test_help_lists_the_recipe_in_groups_and_help_all_the_trainers_other_options
         assert ("--neftune_noise_alpha" in text) == trainer_only_shown
         # The preset's values are the defaults shown.
         assert "--label_smoothing_factor" in text and "(default: 0.2)" in text
+
+
+def test_an_optional_number_is_set_back_to_none_from_the_command_line(tmp_path):
+    """`--max_tokens none`: batches of `--per_device_train_batch_size` sentences (then that option is not refused)."""
+    *_, training_args = parse_args(
+        ["--max_tokens", "none", "--per_device_train_batch_size", "16", "--output_dir", str(tmp_path)]
+    )
+    assert (training_args.max_tokens, training_args.per_device_train_batch_size) == (None, 16)

@@ -1,5 +1,6 @@
-"""The `vanilla-transformer` console command: translate with a trained model, publish one, average checkpoints.
+"""The `vanilla-transformer` console command: train a model, translate with it, publish it, average checkpoints.
 
+    vanilla-transformer train --config multi30k_en_de_cpu --dataset DATA_DIR --output_dir runs/en-de
     vanilla-transformer translate --model runs/en-de < news.en > news.de
     vanilla-transformer translate --model your-name/transformer-en-de --input test.en --output test.de --device cuda
     vanilla-transformer push runs/en-de your-name/transformer-en-de [--private] [--revision BRANCH]
@@ -351,14 +352,8 @@ def add_checkpoint_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = ArgumentParser(
-        prog=PROG,
-        description=__doc__.split("\n\n")[0],
-        epilog=f"Run `{PROG} COMMAND --help` for the options of a command.",
-    )
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-
+def add_translate_parser(commands) -> None:
+    """`translate`: one sentence per line in, one translation per line out."""
     t = commands.add_parser(
         "translate",
         help="translate text, one sentence per line",
@@ -426,8 +421,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_checkpoint_options(t)
     t.set_defaults(func=cmd_translate, command_parser=t)
 
-    add_export_parser(commands)
 
+def add_push_parser(commands) -> None:
+    """`push`: a training run's output directory to the Hub, in one commit."""
     p = commands.add_parser(
         "push",
         help="publish a trained model on the Hugging Face Hub",
@@ -478,6 +474,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=cmd_push, command_parser=p)
 
+
+def add_attention_parser(commands) -> None:
+    """`attention`: a figure of the model's attention weights for one sentence."""
     a = commands.add_parser(
         "attention",
         help="draw what the model attends to (the paper's Figures 3-5) for one sentence",
@@ -523,6 +522,19 @@ def build_parser() -> argparse.ArgumentParser:
     add_checkpoint_options(a)
     a.set_defaults(func=cmd_attention, command_parser=a)
 
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = ArgumentParser(
+        prog=PROG,
+        description=__doc__.split("\n\n")[0],
+        epilog=f"Run `{PROG} COMMAND --help` for the options of a command.",
+    )
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    add_translate_parser(commands)
+    add_export_parser(commands)
+    add_push_parser(commands)
+    add_attention_parser(commands)
     commands.add_parser(
         "train",
         add_help=False,

@@ -558,6 +558,19 @@ def tokenize_corpus(
         train_splits: the splits filtered as training data; names not in `dsd` are ignored.
         batch_size: rows per tokenizer call in `Dataset.map`.
     """
+    _check_tokenize_args(dsd, max_length, max_length_ratio, num_proc)
+    _check_tokenizer(tokenizer)
+    return datasets.DatasetDict(
+        {
+            split: _tokenize_split(
+                split, ds, tokenizer, split in train_splits, max_length, max_length_ratio, num_proc, batch_size
+            )
+            for split, ds in dsd.items()
+        }
+    )
+
+
+def _check_tokenize_args(dsd, max_length, max_length_ratio, num_proc) -> None:
     if not isinstance(dsd, datasets.DatasetDict):
         raise ValueError(
             f"`dsd` must be a `datasets.DatasetDict` (from `load_parallel_corpus`), got {type(dsd).__name__}: wrap a single split as `DatasetDict({{'train': ds}})`."
@@ -578,60 +591,59 @@ def tokenize_corpus(
             raise ValueError(
                 f"Split {split!r} of `dsd` lacks the column(s) {missing} (it has {ds.column_names}): load it with `load_parallel_corpus`."
             )
-    _check_tokenizer(tokenizer)
 
-    result = {}
-    for split, ds in dsd.items():
-        tokenized = ds.map(
-            _tokenize_batch,
+
+def _tokenize_split(split, ds, tokenizer, is_train, max_length, max_length_ratio, num_proc, batch_size):
+    """One split of `tokenize_corpus`: encoded, filtered (training splits by all rules, others by length only), the
+    counts logged."""
+    tokenized = ds.map(
+        _tokenize_batch,
+        batched=True,
+        batch_size=batch_size,
+        fn_kwargs={"tokenizer": tokenizer},
+        num_proc=num_proc,
+        desc=f"Tokenizing {split}",
+    )
+    ratio, check_empty = (max_length_ratio, True) if is_train else (None, False)
+    reasons = drop_reasons(
+        _column(tokenized, "src_len"), _column(tokenized, "tgt_len"), max_length, ratio, check_empty
+    )
+    counts = {name: int((reasons == code).sum()) for code, name in _REASONS.items()}
+    dropped = len(reasons) - int((reasons == KEEP).sum())
+    if dropped:
+        tokenized = tokenized.filter(
+            _keep_batch,
             batched=True,
             batch_size=batch_size,
-            fn_kwargs={"tokenizer": tokenizer},
+            input_columns=["src_len", "tgt_len"],
+            fn_kwargs={"max_length": max_length, "max_length_ratio": ratio, "check_empty": check_empty},
             num_proc=num_proc,
-            desc=f"Tokenizing {split}",
+            desc=f"Filtering {split}",
         )
-        is_train = split in train_splits
-        ratio, check_empty = (max_length_ratio, True) if is_train else (None, False)
-        reasons = drop_reasons(
-            _column(tokenized, "src_len"), _column(tokenized, "tgt_len"), max_length, ratio, check_empty
+    detail = ", ".join(f"{n} {name}" for name, n in counts.items() if n)
+    if is_train:
+        logger.info(
+            "Split %r: kept %d of %d pairs; dropped %d (%s) [max_length=%d, max_length_ratio=%s].",
+            split,
+            len(tokenized),
+            len(reasons),
+            dropped,
+            detail or "none",
+            max_length,
+            max_length_ratio,
         )
-        counts = {name: int((reasons == code).sum()) for code, name in _REASONS.items()}
-        dropped = len(reasons) - int((reasons == KEEP).sum())
-        if dropped:
-            tokenized = tokenized.filter(
-                _keep_batch,
-                batched=True,
-                batch_size=batch_size,
-                input_columns=["src_len", "tgt_len"],
-                fn_kwargs={"max_length": max_length, "max_length_ratio": ratio, "check_empty": check_empty},
-                num_proc=num_proc,
-                desc=f"Filtering {split}",
-            )
-        detail = ", ".join(f"{n} {name}" for name, n in counts.items() if n)
-        if is_train:
-            logger.info(
-                "Split %r: kept %d of %d pairs; dropped %d (%s) [max_length=%d, max_length_ratio=%s].",
-                split,
-                len(tokenized),
-                len(reasons),
-                dropped,
-                detail or "none",
-                max_length,
-                max_length_ratio,
-            )
-        elif dropped:
-            logger.warning(
-                "Split %r is not training data, yet %d of its %d pairs are longer than max_length=%d tokens and "
-                "were dropped: scores on it are not on the full set. Raise `max_length` to keep them.",
-                split,
-                dropped,
-                len(reasons),
-                max_length,
-            )
-        else:
-            logger.info("Split %r: kept all %d pairs.", split, len(reasons))
-        result[split] = tokenized
-    return datasets.DatasetDict(result)
+    elif dropped:
+        logger.warning(
+            "Split %r is not training data, yet %d of its %d pairs are longer than max_length=%d tokens and "
+            "were dropped: scores on it are not on the full set. Raise `max_length` to keep them.",
+            split,
+            dropped,
+            len(reasons),
+            max_length,
+        )
+    else:
+        logger.info("Split %r: kept all %d pairs.", split, len(reasons))
+    return tokenized
 
 
 def _column(ds: datasets.Dataset, name: str) -> np.ndarray:

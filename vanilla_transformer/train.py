@@ -42,6 +42,7 @@ PROG = "vanilla-transformer train"
 TOKENIZER_SETTINGS = "training_settings.json"  # in OUTPUT_DIR/tokenizer/
 # Parameters of the library functions whose errors the command shows, by the flag that sets them.
 PARAMETER_FLAGS = {"source": "dataset", "config_name": "dataset_config"}
+SPLIT_ENTRY = re.compile(r"\(for `splits` entry '(\w+)'\)")
 SPLIT_HINT = re.compile(r"pass `split_names=\{'(\w+)': <one of those>\}` or leave '\w+' out of `splits`")
 
 
@@ -62,6 +63,7 @@ def as_flags(message: str) -> str:
     """A library error as the command line's: option names in backticks become flags (`max_tokens` -> --max_tokens),
     the data loader's parameters become the flags that set them."""
     message = SPLIT_HINT.sub(lambda m: f"pass --{m.group(1)}_split <one of those>", message)
+    message = SPLIT_ENTRY.sub(lambda m: f"(--{m.group(1)}_split)", message)
     known = {f.name for cls in ARGUMENT_CLASSES for f in cls.__dataclass_fields__.values()} | {"config"}
 
     def flag(match: re.Match) -> str:
@@ -91,11 +93,11 @@ def _train(argv: list[str] | None) -> dict:
 
     register()
     transformers_logging.set_verbosity_warning()
-    log_cpu_float32(model_args, data_args, tok_args, run_args, training_args)
     set_seed(training_args.seed)
     raw = load_data(data_args)  # checked before anything is written: files, line counts, languages, splits
     out_dir = Path(training_args.output_dir)
     prepare_output_dir(out_dir, run_args, training_args)
+    log_cpu_float32(model_args, data_args, tok_args, run_args, training_args)
     if training_args.push_to_hub:
         # A missing or invalid token, or a namespace the token cannot write to, fails here, before any training.
         # The repo and the `hub_revision` branch are created now: the Trainer pushes while training, and it

@@ -17,6 +17,7 @@ import json
 import logging
 import math
 import sys
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
@@ -565,10 +566,24 @@ def build_parser(show_all: bool = False) -> ArgumentParser:
             action.help = argparse.SUPPRESS
     if not show_all:
         parser._action_groups.remove(trainer)
+    # `--max_tokens none`: an optional number can be set back to None from the command line too.
+    hints = {name: hint for c in ARGUMENT_CLASSES for name, hint in typing.get_type_hints(c).items()}
+    optional = {name for name, hint in hints.items() if type(None) in typing.get_args(hint)}
+    for action in parser._actions:
+        if action.type in (int, float) and action.dest in optional:
+            action.type = _number_or_none(action.type)
     # Without an accelerator, say so to the Trainer: only then does it set up gloo data parallelism across the
     # processes of `accelerate launch --multi_gpu` / `torchrun` (otherwise each CPU process trains alone).
     parser.set_defaults(use_cpu=torch.accelerator.current_accelerator() is None)
     return parser
+
+
+def _number_or_none(kind):
+    def parse(text: str):
+        return None if text.strip().lower() == "none" else kind(text)
+
+    parse.__name__ = kind.__name__  # argparse's message: "invalid int value"
+    return parse
 
 
 def given_options(argv: list[str]) -> set[str]:
