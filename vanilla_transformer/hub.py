@@ -10,7 +10,7 @@ also holds the tokenizer) in ONE commit, with `HfApi.upload_folder`. What goes u
 (`files_to_push`), and given to `upload_folder` as its allow patterns:
 
     config.json                      with `auto_map` (and `custom_pipelines`), the remote-code entry points
-    generation_config.json           section 6.1 decoding: beam 4, length penalty 0.6, source length + 50
+    generation_config.json           the decoding the run saved (beam size, length penalty; source length + 50)
     model.safetensors                (or model.safetensors.index.json and its shards); safetensors only
     *.py                             the remote code: the modules named in `auto_map` and `custom_pipelines`
                                      and the modules they import relatively, nothing else
