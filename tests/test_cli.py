@@ -462,3 +462,19 @@ def test_help_imports_no_heavy_module(command):
     assert "vanilla_transformer.loading" in imported  # what cli.py imports: the listing is the one of this process
     heavy = sorted(name for name in imported if name.split(".")[0] in HEAVY_MODULES)
     assert heavy == [], heavy
+
+
+def test_score_prints_sacrebleu_and_the_papers_tokenized_bleu(tmp_path, capsys):
+    (tmp_path / "hyp.de").write_text("Ein gut-bekannter Mann.\n")
+    (tmp_path / "ref.de").write_text("Ein gut-bekannter Mann läuft.\n")
+    options = ["--hypotheses", str(tmp_path / "hyp.de"), "--references", str(tmp_path / "ref.de")]
+    assert main(["score", *options, "--lang", "de"]) == 0
+    sacre, paper = capsys.readouterr().out.splitlines()
+    assert sacre.startswith("sacreBLEU") and "tok:13a" in sacre
+    assert paper.startswith("tokenized BLEU   67.32") and "Table 2" in paper
+    (tmp_path / "ref.de").write_text("one\ntwo\n")
+    assert main(["score", *options]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "vanilla-transformer score: error: --hypotheses has 1 lines and --references 2: line i of one must be the "
+        "translation of line i of the other."
+    )

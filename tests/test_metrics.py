@@ -144,3 +144,27 @@ def test_the_papers_scores_are_described_as_tokenized_bleu():
                 citing += 1
                 assert re.search(r"tokenized BLEU", text) and "compound" in text, (path, text)
     assert citing >= 3  # README, the metric module, the card template (and the cards written from it)
+
+
+def test_paper_style_bleu_is_tokenized_compound_split_bleu_checked_by_hand():
+    """One pair, counted by hand after Moses tokenization and compound splitting:
+    hypothesis  Ein gut ##AT##-##AT## bekannter Mann .         (6 tokens)
+    reference   Ein gut ##AT##-##AT## bekannter Mann läuft .   (7 tokens)
+    n-gram matches 6/6, 4/5, 3/4, 2/3; brevity penalty exp(1 - 7/6);
+    BLEU = exp(-1/6) * (1 * 4/5 * 3/4 * 2/3) ** (1/4) = 0.84648 * 0.79527 = 67.318."""
+    from vanilla_transformer.metrics import paper_style_bleu, paper_style_tokenize
+
+    assert paper_style_tokenize("Ein gut-bekannter Mann.", "de") == "Ein gut ##AT##-##AT## bekannter Mann ."
+    assert paper_style_tokenize('a-b-c "x" & y', "en") == "a ##AT##-##AT## b-c &quot; x &quot; &amp; y"  # as Perl's /g
+    result = paper_style_bleu(["Ein gut-bekannter Mann."], ["Ein gut-bekannter Mann läuft."], "de")
+    assert (result["counts"], result["totals"], result["sys_len"], result["ref_len"]) == (
+        [6, 4, 3, 2],
+        [6, 5, 4, 3],
+        6,
+        7,
+    )
+    assert result["score"] == pytest.approx(67.318, abs=1e-3)
+    # sacreBLEU's 13a keeps "gut-bekannter" whole and scores the same output lower: the two are not comparable.
+    assert compute_bleu(["Ein gut-bekannter Mann."], ["Ein gut-bekannter Mann läuft."])["score"] < 60
+    # multi-bleu.perl has no smoothing: no 4-gram match is BLEU 0.
+    assert paper_style_bleu(["a b c"], ["a b c"], "en")["score"] == 0.0

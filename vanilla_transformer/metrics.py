@@ -9,6 +9,8 @@ string records the settings (`nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|versi
 metric module instead (`metrics_sacrebleu/metrics_sacrebleu.py`) and loads it by path.
 
 - `compute_bleu(predictions, references)` scores detokenized strings.
+- `paper_style_bleu(predictions, references, lang)` scores them the way the paper's Table 2 was scored (tokenized BLEU
+  with compound words split), to compare with 27.3 / 28.4 (`vanilla-transformer score`).
 - `make_compute_metrics(tokenizer)` gives the `compute_metrics` of a `Seq2SeqTrainer` run with
   `predict_with_generate=True`: it decodes the generated ids and the labels and returns `{"bleu": ...}`
   (the key `metric_for_best_model="bleu"` refers to), logging the signature.
@@ -17,6 +19,7 @@ metric module instead (`metrics_sacrebleu/metrics_sacrebleu.py`) and loads it by
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable, Sequence
 from functools import lru_cache
 from pathlib import Path
@@ -73,6 +76,56 @@ def compute_bleu_with_lowercase(predictions: Sequence[str], references: Sequence
     lower = compute_bleu(predictions, references, lowercase=True)
     result["lowercase"] = {"score": lower["score"], "signature": lower["signature"]}
     return result
+
+
+# tensor2tensor's get_ende_bleu.sh, after Moses' tokenizer.perl: `perl -ple 's{(\S)-(\S)}{$1 ##AT##-##AT## $2}g'`
+# ("for historical reasons, we split compound words", as GNMT and ConvS2S scored). Left to right, non-overlapping,
+# as Perl's /g: "a-b-c" -> "a ##AT##-##AT## b-c".
+_COMPOUND = re.compile(r"(\S)-(\S)")
+
+
+def paper_style_tokenize(text: str, lang: str) -> str:
+    """`text` as the paper scored it: Moses' tokenizer.perl `-l lang` (with its default escaping of & < > " ' | [ ]),
+    then compound words split: "rich-text" -> "rich ##AT##-##AT## text"."""
+    return _COMPOUND.sub(r"\1 ##AT##-##AT## \2", _moses(lang).tokenize(text, return_str=True, escape=True))
+
+
+@lru_cache(maxsize=8)
+def _moses(lang: str):
+    from sacremoses import MosesTokenizer
+
+    return MosesTokenizer(lang=lang)
+
+
+def paper_style_bleu(predictions: Sequence[str], references: Sequence[str], lang: str) -> dict:
+    """Corpus BLEU of detokenized `predictions` the way the paper's Table 2 was computed, tokenized BLEU (tensor2tensor's
+    get_ende_bleu.sh): both sides tokenized by Moses' tokenizer for `lang` with compound words split
+    (`paper_style_tokenize`), then multi-bleu.perl's BLEU (cased, no smoothing: 0 when an n-gram order has no
+    match). It scores higher than sacreBLEU on the same output and is not comparable with it (Post, 2018); use it
+    only to compare with the paper's 27.3 (base) / 28.4 (big) on newstest2014 EN-DE. Returns `score`, `counts`,
+    `totals`, `precisions`, `bp`, `sys_len`, `ref_len` and `method`."""
+    import sacrebleu
+
+    _check_texts("predictions", predictions)
+    _check_texts("references", references)
+    if len(predictions) != len(references) or not predictions:
+        raise ValueError(
+            f"`predictions` has {len(predictions)} sentences and `references` {len(references)}: give one reference "
+            f"per prediction, in the same order (at least one)."
+        )
+    hypotheses = [paper_style_tokenize(text, lang) for text in predictions]
+    targets = [paper_style_tokenize(text, lang) for text in references]
+    bleu = sacrebleu.BLEU(tokenize="none", smooth_method="none", force=True).corpus_score(hypotheses, [targets])
+    return {
+        "score": bleu.score,
+        "counts": list(bleu.counts),
+        "totals": list(bleu.totals),
+        "precisions": list(bleu.precisions),
+        "bp": bleu.bp,
+        "sys_len": bleu.sys_len,
+        "ref_len": bleu.ref_len,
+        "method": f"Moses tokenizer -l {lang}, compounds split (##AT##-##AT##), multi-bleu.perl (cased, no smoothing)",
+    }
 
 
 def _token_array(ids) -> np.ndarray:
