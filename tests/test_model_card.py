@@ -2,10 +2,12 @@
 
 import copy
 import json
+import os
 import re
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 from huggingface_hub import ModelCard
 
@@ -161,7 +163,8 @@ def test_usage_training_and_results_sections():
     assert f'AutoTokenizer.from_pretrained("{REPO}", trust_remote_code=True)' in text
     assert "An English → German translation model" in text
     assert "29,000 training sentence pairs" in text
-    assert "| learning_rate | 0.0007 |" in text and "| warmup_steps | 4000 |" in text
+    # The training table in words (issue 36: raw keys such as `lr_cooldown_updates [4730, 5883]` read badly).
+    assert "| learning rate | 0.0007 |" in text and "| warm-up updates (paper: 4,000) | 4000 |" in text
     assert "**Hardware:** 2-core CPU (no GPU)" in text
     assert "**Training time:** 1:02:05" in text  # 3725.4 s
     assert "average of the last 5 checkpoints" in text
@@ -247,3 +250,44 @@ def test_bad_arguments_raise_value_errors(tmp_path):
         render_model_card(tiny_config(), RESULTS, "no-namespace")
     with pytest.raises(ValueError, match="template_path"):
         render_model_card(tiny_config(), RESULTS, REPO, template_path=tmp_path / "nope.md")
+
+
+def test_final_and_averaged_cards_are_two_models_with_readable_training_tables():
+    hyperparameters = {"lr_cooldown_updates": [4730, 5883], "adam_betas": [0.9, 0.98], "bidirectional_steps": None}
+    results = {**RESULTS, "training": {**RESULTS["training"], "hyperparameters": hyperparameters}}
+    results["dataset"] = {"name": "multi30k", "path": "../shared/data/multi30k", "train_pairs": 29000}
+    final = render_model_card(tiny_config(), {**results, "checkpoint_averaging": None})
+    averaged = render_model_card(tiny_config(), results)  # RESULTS averages 5 checkpoints
+    assert final.data.model_name == "vanilla-transformer-en-de"
+    assert averaged.data.model_name == "vanilla-transformer-en-de-averaged"
+    titles = [next(line for line in card.content.splitlines() if line.startswith("# ")) for card in (final, averaged)]
+    assert titles == ["# vanilla-transformer-en-de", "# vanilla-transformer-en-de-averaged (average of 5 checkpoints)"]
+    text = averaged.content
+    assert "| cool-down updates | 4,730 to 5,883 |" in text and "| Adam betas (paper: 0.9, 0.98) | 0.9, 0.98 |" in text
+    assert "bidirectional" not in text  # not used by the run: no row
+    assert "[Multi30k](https://github.com/multi30k/dataset), English → German: 29,000 training sentence pairs." in text
+    assert "[modeling_vanilla_transformer.py](modeling_vanilla_transformer.py)" in text
+
+
+SHIPPED_CARDS = sorted((Path(__file__).resolve().parents[1] / "model_cards").glob("*/results.json"))
+
+
+@pytest.mark.parametrize("results_path", SHIPPED_CARDS, ids=lambda p: p.parent.name)
+def test_the_shipped_cards_are_what_the_template_writes_from_their_results(results_path):
+    """model_cards/*/README.md are the cards `train` wrote for the shipped runs, re-rendered with today's template
+    from the runs' results.json (its BLEU: the run's own scoring, with the generation config saved in that model).
+    `VANILLA_TRANSFORMER_UPDATE_CARDS=1` rewrites them after a template change."""
+    from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
+
+    results = json.loads(results_path.read_text())
+    config = VanillaTransformerConfig.from_preset(
+        results["preset"],
+        vocab_size=results["tokenizer"]["vocab_size"],
+        dropout=results["training"]["hyperparameters"]["dropout"],
+    )
+    with torch.device("meta"):
+        assert VanillaTransformerForConditionalGeneration(config).num_parameters() == results["num_parameters"]
+    card = results_path.parent / "README.md"
+    if os.environ.get("VANILLA_TRANSFORMER_UPDATE_CARDS"):
+        write_model_card(results_path.parent, config, results)
+    assert ModelCard.load(card).content == render_model_card(config, results).content

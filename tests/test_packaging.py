@@ -83,6 +83,8 @@ def test_wheel_holds_every_file_the_package_needs(wheel):
     for path in (model_card.DEFAULT_TEMPLATE, metrics.METRIC_SCRIPT):
         assert path.is_relative_to(PACKAGE), f"{path} is outside the package: a wheel install would not have it"
         assert path.relative_to(ROOT).as_posix() in names
+    # The licence pyproject.toml declares travels with the package.
+    assert any(name.endswith(".dist-info/licenses/LICENSE") for name in names)
     # The console command of the README.
     entry_points = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
     assert "vanilla-transformer = vanilla_transformer.cli:main" in entry_points

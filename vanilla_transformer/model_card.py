@@ -89,6 +89,26 @@ EXAMPLES = {
     "fr": "Un homme descend la rue à vélo.",
 }
 PAPER_URL = "https://arxiv.org/abs/1706.03762"
+# Datasets named by a local folder: their proper name and where to get them.
+KNOWN_DATASETS = {"multi30k": ("Multi30k", "https://github.com/multi30k/dataset")}
+# The training table's rows: results.json's hyperparameter keys, in words.
+HYPERPARAMETER_LABELS = {
+    "max_tokens": "tokens per batch and process",
+    "gradient_accumulation_steps": "gradient accumulation steps",
+    "lr_schedule": "learning-rate schedule",
+    "warmup_steps": "warm-up updates (paper: 4,000)",
+    "lr_factor": "learning-rate factor (paper: 1)",
+    "learning_rate": "learning rate",
+    "lr_cooldown": "learning-rate cool-down, fraction of the run",
+    "lr_cooldown_updates": "cool-down updates",
+    "label_smoothing": "label smoothing (paper: 0.1)",
+    "dropout": "dropout (paper: 0.1)",
+    "subword_split": "subword splitting probability",
+    "bidirectional_steps": "bidirectional updates",
+    "adam_betas": "Adam betas (paper: 0.9, 0.98)",
+    "adam_epsilon": "Adam epsilon (paper: 1e-9)",
+    "seed": "seed",
+}
 TAGS = ["translation", "vanilla-transformer", "attention-is-all-you-need", "seq2seq"]  # of every card
 CITATION = """@inproceedings{vaswani2017attention,
   title     = {Attention Is All You Need},
@@ -215,7 +235,28 @@ def _dataset(results: dict) -> dict:
         dataset = {"name": dataset}
     if not isinstance(dataset, dict):
         raise ValueError(f"`results['dataset']` must be a dict or a name, got {type(dataset).__name__}.")
-    return {"name": dataset.get("name") or dataset.get("hub_id") or "unknown", **dataset}
+    name = dataset.get("name") or dataset.get("hub_id") or "unknown"
+    proper, url = KNOWN_DATASETS.get(name.lower(), (name, None))
+    return {**dataset, "name": proper, "url": dataset.get("url") or url}
+
+
+def _hyperparameter_rows(hyperparameters: dict) -> list[tuple[str, str]]:
+    """(label, value) rows of the training table: known keys in words, lists and large numbers made readable, what
+    the run did not use (None) left out."""
+    rows = []
+    for key, value in hyperparameters.items():
+        if value is None:
+            continue
+        if key == "lr_cooldown_updates" and isinstance(value, list | tuple) and None not in value:
+            text = f"{value[0]:,} to {value[1]:,}"
+        elif isinstance(value, list | tuple):
+            text = ", ".join(str(v) for v in value)
+        elif isinstance(value, int) and not isinstance(value, bool) and value >= 10_000:
+            text = f"{value:,}"
+        else:
+            text = str(value)
+        rows.append((HYPERPARAMETER_LABELS.get(key, key), text))
+    return rows
 
 
 def _duration(seconds) -> str | None:
@@ -264,7 +305,11 @@ def render_model_card(
         raise ValueError(f"`repo_id` must look like 'namespace/name', got {repo_id!r}.")
     src, tgt = results["src_lang"], results["tgt_lang"]
     dataset = _dataset(results)
-    model_name = model_name or (repo_id.split("/")[-1] if repo_id else f"vanilla-transformer-{src}-{tgt}")
+    averaging = results.get("checkpoint_averaging")
+    averaged = bool((averaging or {}).get("num_checkpoints"))
+    # The final and the averaged model of a run are two models: their names differ.
+    default_name = f"vanilla-transformer-{src}-{tgt}" + ("-averaged" if averaged else "")
+    model_name = model_name or (repo_id.split("/")[-1] if repo_id else default_name)
     preset = results.get("preset") or detect_preset(config)
     card_data = ModelCardData(
         language=[src, tgt],
@@ -279,7 +324,6 @@ def render_model_card(
     )
     training = results.get("training") or {}
     src_name = LANGUAGE_NAMES.get(src, src)
-    averaging = results.get("checkpoint_averaging")
     context = dict(
         model_name=model_name,
         repo_ref=repo_id or "path/to/this/checkpoint",
@@ -310,7 +354,7 @@ def render_model_card(
         # The validation BLEU curve that train.py plots (bleu.png), pushed beside the card.
         bleu_curve="bleu.png" if "bleu.png" in (results.get("plots") or ()) else None,
         training=training,
-        hyperparameters=training.get("hyperparameters") or {},
+        hyperparameters=_hyperparameter_rows(training.get("hyperparameters") or {}),
         runtime=_duration(training.get("train_runtime_s")),
         averaging=averaging,
         decoding=results.get("decoding") or {},
