@@ -166,3 +166,34 @@ def test_an_optional_number_is_set_back_to_none_from_the_command_line(tmp_path):
         ["--max_tokens", "none", "--per_device_train_batch_size", "16", "--output_dir", str(tmp_path)]
     )
     assert (training_args.max_tokens, training_args.per_device_train_batch_size) == (None, 16)
+
+
+def _readme_command(marker: str) -> list[str]:
+    """The command in README.md's code block after `marker`, as arguments after `vanilla-transformer train`."""
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    block = text.split(marker, 1)[1].split("```", 2)[1]
+    (line,) = [line for line in block.splitlines() if line.strip()]
+    words = line.split()
+    assert words[:2] == ["vanilla-transformer", "train"]
+    return words[2:]
+
+
+def test_the_readmes_own_data_command_runs_as_written(tmp_path, monkeypatch):
+    """The README's command for one's own data, on tables with other split names and columns (tab-separated, a
+    header row), in the directory it names; only a tiny model and two updates are added after it (later wins)."""
+    argv = _readme_command("<!-- own-data-command -->")
+    corpus = tmp_path / argv[argv.index("--dataset") + 1]
+    corpus.mkdir()
+    src, tgt = argv[argv.index("--src_column") + 1], argv[argv.index("--tgt_column") + 1]
+    for split, name, n in (("train", "train", 300), ("val", "validation", 20), ("test_2016_flickr", "test", 10)):
+        pairs = zip(read_multi30k(f"{split}.en.gz", n), read_multi30k(f"{split}.de.gz", n))
+        (corpus / f"{argv[argv.index(f'--{name}_split') + 1]}.tsv").write_text(
+            f"{src}\t{tgt}\n" + "".join(f"{a}\t{b}\n" for a, b in pairs)
+        )
+    monkeypatch.chdir(tmp_path)
+    tiny = ["--d_model", "32", "--layers", "1", "--heads", "2", "--ffn_dim", "64", "--vocab_size", "400"]
+    results = train.train([*argv, *tiny, "--max_steps", "2", "--report_to", "none", "--plots", "false"])
+    assert (results["src_lang"], results["tgt_lang"]) == ("en", "cs")
+    assert results["dataset"]["splits"] == {"train": "train", "validation": "dev", "test": "test"}
+    assert results["bleu"]["test"]["sentences"] == 10 and results["dataset"]["train_pairs"] == 300
+    assert (tmp_path / argv[argv.index("--output_dir") + 1] / "model.safetensors").is_file()
