@@ -17,6 +17,16 @@ def read_multi30k(name: str, stop: int | None = None, start: int = 0) -> list[st
         return [line.rstrip("\n") for line in islice(handle, start, stop)]
 
 
+def write_multi30k_subset(directory: Path, sizes: dict[str, int], langs=("en", "de")) -> Path:
+    """A Multi30k-shaped directory with the first lines of each split (gzipped, as the real files)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for split, n in sizes.items():
+        for lang in langs:
+            with gzip.open(directory / f"{split}.{lang}.gz", "wt", encoding="utf-8") as f:
+                f.writelines(line + "\n" for line in read_multi30k(f"{split}.{lang}.gz", n))
+    return directory
+
+
 # Python code for the start of a subprocess script: `vanilla_transformer` cannot be imported there (a meta-path
 # finder refuses it, since an editable install would otherwise find it), and the script checks that it cannot.
 BLOCK_PACKAGE = textwrap.dedent(

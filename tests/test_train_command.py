@@ -1,29 +1,19 @@
 """`vanilla-transformer train` as a person meets it: the same losses as before the training layer moved, presets by
 name, help in groups, and every option, preset and data error as one line naming the flag, with nothing written."""
 
-import gzip
 import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from helpers import read_multi30k, subprocess_env
+from helpers import read_multi30k, subprocess_env, write_multi30k_subset
 
 from vanilla_transformer import train
 from vanilla_transformer.training.arguments import PRESETS_DIR, parse_args, shipped_presets
 
 
 REFERENCE = Path(__file__).resolve().parent / "data" / "reference_losses.json"
-
-
-def _corpus(directory: Path, sizes: dict[str, int]) -> Path:
-    directory.mkdir(parents=True, exist_ok=True)
-    for split, n in sizes.items():
-        for lang in ("en", "de"):
-            with gzip.open(directory / f"{split}.{lang}.gz", "wt", encoding="utf-8") as f:
-                f.writelines(line + "\n" for line in read_multi30k(f"{split}.{lang}.gz", n))
-    return directory
 
 
 def test_losses_step_for_step_as_recorded_before_the_training_layer_moved(tmp_path):
@@ -36,7 +26,7 @@ def test_losses_step_for_step_as_recorded_before_the_training_layer_moved(tmp_pa
         a.replace("--label_smoothing", "--label_smoothing_factor") if a == "--label_smoothing" else a
         for a in recorded["args"]
     ]
-    data = _corpus(tmp_path / "data", {"train": 600, "val": 20})
+    data = write_multi30k_subset(tmp_path / "data", {"train": 600, "val": 20})
     args[args.index("--dataset") + 1] = str(data)
     args[args.index("--output_dir") + 1] = str(tmp_path / "run")
     train.train(args)
@@ -51,7 +41,9 @@ def test_losses_step_for_step_as_recorded_before_the_training_layer_moved(tmp_pa
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
-    return _corpus(tmp_path_factory.mktemp("multi30k"), {"train": 200, "val": 20, "test_2016_flickr": 10})
+    return write_multi30k_subset(
+        tmp_path_factory.mktemp("multi30k"), {"train": 200, "val": 20, "test_2016_flickr": 10}
+    )
 
 
 def _run_main(argv, capsys, monkeypatch, cwd: Path):

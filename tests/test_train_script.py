@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import read_multi30k, subprocess_env
+from helpers import subprocess_env, write_multi30k_subset
 
 from vanilla_transformer import VanillaTransformerForConditionalGeneration, train
 from vanilla_transformer.tokenization import load_tokenizer
@@ -25,19 +25,11 @@ ROOT = Path(__file__).resolve().parents[1]
 TINY_MODEL = ["--d_model", "64", "--layers", "2", "--heads", "4", "--ffn_dim", "256", "--vocab_size", "1000"]
 
 
-def _subset(tmp: Path, sizes: dict[str, int]) -> Path:
-    """A Multi30k-shaped directory with the first lines of each split (gzipped, as the real files)."""
-    tmp.mkdir(parents=True, exist_ok=True)
-    for split, n in sizes.items():
-        for lang in ("en", "de"):
-            with gzip.open(tmp / f"{split}.{lang}.gz", "wt", encoding="utf-8") as f:
-                f.writelines(line + "\n" for line in read_multi30k(f"{split}.{lang}.gz", n))
-    return tmp
-
-
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory):
-    return _subset(tmp_path_factory.mktemp("multi30k"), {"train": 3000, "val": 100, "test_2016_flickr": 20})
+    return write_multi30k_subset(
+        tmp_path_factory.mktemp("multi30k"), {"train": 3000, "val": 100, "test_2016_flickr": 20}
+    )
 
 
 def _args(data_dir, out, *extra):
