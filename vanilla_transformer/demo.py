@@ -176,17 +176,20 @@ def decoding_steps(model, tokenizer, generation, recorder: StepRecorder, eos_tok
     """
     final = generation.sequences[0].tolist()
     scores = [s.float().cpu() for s in generation.scores]
+    # The label of every piece, as `token_labels` gives them for a text (the vocabulary has word-start pieces, so a
+    # hypothesis' tail of continuations is labelled "##..." as in the whole sentence).
+    labels = token_labels(tokenizer, range(scores[0].shape[-1])) if scores else []
     if getattr(generation, "beam_indices", None) is None:
         steps = []
         for t, step_scores in enumerate(scores):
             log_probs = torch.log_softmax(step_scores[0], dim=-1)
             chosen = final[t + 1]
             prefix = final[1 : t + 1]
-            candidates = [Candidate(_tail(tokenizer, prefix + [chosen]), t + 1, float(log_probs[chosen]), "chosen")]
+            candidates = [Candidate(_tail(labels, prefix + [chosen]), t + 1, float(log_probs[chosen]), "chosen")]
             for token in torch.topk(log_probs, k=min(5, log_probs.shape[0])).indices.tolist():
                 if token != chosen and len(candidates) < 5 and log_probs[token] > float("-inf"):
                     candidates.append(
-                        Candidate(_tail(tokenizer, prefix + [token]), t + 1, float(log_probs[token]), "alternative")
+                        Candidate(_tail(labels, prefix + [token]), t + 1, float(log_probs[token]), "alternative")
                     )
             steps.append(Step(t, candidates))
         if steps:
@@ -210,7 +213,7 @@ def decoding_steps(model, tokenizer, generation, recorder: StepRecorder, eos_tok
         candidates, next_running = [], {}
         for rank, (parent, token, value) in enumerate(zip(parents, tokens, top.tolist())):
             ids = sequences[parent, 1:].tolist() + [token]
-            candidate = Candidate(_tail(tokenizer, ids), len(ids), value, "dropped")
+            candidate = Candidate(_tail(labels, ids), len(ids), value, "dropped")
             if tuple(ids) in following:
                 candidate.status = "kept"
                 next_running[tuple(ids)] = top[rank]
@@ -225,9 +228,9 @@ def decoding_steps(model, tokenizer, generation, recorder: StepRecorder, eos_tok
     return steps
 
 
-def _tail(tokenizer, ids) -> list[str]:
+def _tail(labels: list[str], ids) -> list[str]:
     """The labels of the last TAIL tokens of `ids` (the labels of a long hypothesis are all the view shows)."""
-    return token_labels(tokenizer, ids[-TAIL:])
+    return [labels[i] for i in ids[-TAIL:]]
 
 
 # ------------------------------------------------------------------------------------------------ one translation
@@ -365,7 +368,7 @@ def steps_html(result: Result) -> str:
     beam = result.num_beams > 1
     intro = (
         f"Beam search with {result.num_beams} beams: at each step the {2 * result.num_beams} best continuations of "
-        "the running beams by cumulative log-probability; <b>kept</b> ones continue, <b>ended</b> ones (</s>) "
+        "the running beams by cumulative log-probability; <b>kept</b> ones continue, <b>ended</b> ones (&lt;/s&gt;) "
         "compete on log-probability / length<sup>length penalty</sup>, the rest are <b>dropped</b>. "
         "\u2605 marks the returned translation."
         if beam
@@ -479,9 +482,11 @@ DEMO_CSS = """
 .vt-panel { margin: 0; }
 .vt-panel figcaption { font-size: 12px; }
 table.vt-att { border-collapse: collapse; font-size: 11px; }
-table.vt-att td { width: 14px; height: 14px; padding: 0; border: 1px solid #eee; }
+table.vt-att td { width: 14px; height: 14px; padding: 0 !important; border: 1px solid #eee; }
+table.vt-att tr { line-height: 14px; }
 table.vt-att th.col { writing-mode: vertical-rl; transform: rotate(180deg); font-weight: normal; padding: 2px 0; }
-table.vt-att th.row { text-align: right; font-weight: normal; padding-right: 4px; white-space: nowrap; }
+table.vt-att th.row { text-align: right; font-weight: normal; padding: 0 4px 0 0 !important; white-space: nowrap; }
+table.vt-att th.col { padding: 2px 0 !important; }
 .w0 { background: rgba(37, 99, 235, 0.02); } .w1 { background: rgba(37, 99, 235, 0.1); }
 .w2 { background: rgba(37, 99, 235, 0.2); } .w3 { background: rgba(37, 99, 235, 0.3); }
 .w4 { background: rgba(37, 99, 235, 0.4); } .w5 { background: rgba(37, 99, 235, 0.5); }
