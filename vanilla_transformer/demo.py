@@ -249,10 +249,11 @@ class Result:
 
 
 @torch.no_grad()
-def run_translation(model, tokenizer, text: str, decoding: Decoding | None = None) -> Result:
-    """Translate `text` with `decoding` and read the attention and the decoding steps of that translation."""
+def run_translation(model, tokenizer, text: str, decoding: Decoding | None = None, **generate_kwargs) -> Result:
+    """Translate `text` with `decoding` (and any other `generate` options, e.g. `max_new_tokens`) and read the
+    attention and the decoding steps of that translation."""
     decoding = decoding or Decoding()
-    kwargs = decoding.generate_kwargs()  # a bad choice fails before any work
+    kwargs = {**decoding.generate_kwargs(), **generate_kwargs}  # a bad choice fails before any work
     limit = model.config.input_length_limit(tokenizer) if hasattr(model.config, "input_length_limit") else None
     source, notice = prepare_source(text, tokenizer, limit)
     if not source:
