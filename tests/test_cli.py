@@ -440,11 +440,12 @@ def test_an_error_in_a_process_is_one_line_without_traceback():
     assert_plain_error(result.returncode, result.stderr, "translate", "--model", "no such directory")
 
 
-HEAVY_MODULES = ("torch", "transformers", "huggingface_hub", "ctranslate2", "matplotlib")
+HEAVY_MODULES = ("torch", "transformers", "huggingface_hub", "ctranslate2", "matplotlib", "gradio")
 
 
 @pytest.mark.parametrize(
-    "command", [[], ["translate"], ["export"], ["export", "ctranslate2"], ["push"], ["attention"], ["average"]]
+    "command",
+    [[], ["translate"], ["export"], ["export", "ctranslate2"], ["push"], ["attention"], ["average"], ["demo"]],
 )
 def test_help_imports_no_heavy_module(command):
     # `python -X importtime` lists every module the process imports (on stderr): the parsers are built and the help

@@ -70,6 +70,9 @@ class AttentionWeights:
     encoder: torch.Tensor
     decoder: torch.Tensor
     cross: torch.Tensor
+    # `generate`'s output when it was asked for one (`return_dict_in_generate=True`): its scores, for the web demo's
+    # step-through view of the same decoding (vanilla_transformer/demo.py). None otherwise.
+    generation: object | None = None
 
     def of(self, kind: str) -> torch.Tensor:
         """The weights of `kind` ("cross", "encoder" or "decoder")."""
@@ -105,6 +108,7 @@ def attention_weights(
     *,
     num_beams: int | None = None,
     max_new_tokens: int | None = None,
+    **generate_kwargs,
 ) -> AttentionWeights:
     """The encoder, decoder and cross-attention weights of `model` for `source` and its translation.
 
@@ -120,7 +124,14 @@ def attention_weights(
         num_beams: beam size for the model's translation; None (default) = its generation config's, as `generate`,
             `translate` and the pipeline use it; 1 = greedy.
         max_new_tokens: at most this many generated tokens (default: the model's generation config).
+        generate_kwargs: other options of `generate` for the model's translation (`length_penalty`, `do_sample`,
+            `logits_processor`, ...). With `return_dict_in_generate=True`, `generate`'s output is kept in
+            `AttentionWeights.generation`.
     """
+    if target is not None and generate_kwargs:
+        raise ValueError(
+            f"Options of `generate` ({', '.join(generate_kwargs)}) need `target=None`: nothing is generated."
+        )
     if not isinstance(source, str) or not source.strip():
         raise ValueError(f"`source` must be a non-empty sentence, got {source!r}.")
     if target is not None and (not isinstance(target, str) or not target.strip()):
@@ -154,12 +165,16 @@ def attention_weights(
             kwargs = {"num_beams": num_beams} if num_beams is not None else {}
             if max_new_tokens is not None:
                 kwargs["max_new_tokens"] = max_new_tokens
-            sequence = model.generate(input_ids=input_ids, attention_mask=torch.ones_like(input_ids), **kwargs)[0]
+            generation = model.generate(
+                input_ids=input_ids, attention_mask=torch.ones_like(input_ids), **kwargs, **generate_kwargs
+            )
+            sequence = (generation.sequences if hasattr(generation, "sequences") else generation)[0]
+            generation = generation if hasattr(generation, "sequences") else None
             target_ids = sequence.tolist()[1:]  # generate starts every sequence with the decoder start token
             if eos in target_ids:
                 target_ids = target_ids[: target_ids.index(eos) + 1]
         else:
-            target_ids = tokenizer(text_target=target)["input_ids"]
+            target_ids, generation = tokenizer(text_target=target)["input_ids"], None
         if limit is not None and len(target_ids) > limit:
             raise ValueError(
                 f"`target` has {len(target_ids)} tokens (</s> included) but the model takes at most "
@@ -187,6 +202,7 @@ def attention_weights(
         source_tokens=token_labels(tokenizer, source_ids),
         target_tokens=token_labels(tokenizer, target_ids),
         decoder_input_tokens=token_labels(tokenizer, decoder_input_ids),
+        generation=generation,
         **weights,
     )
 

@@ -9,6 +9,8 @@
     vanilla-transformer export ctranslate2 runs/en-de runs/en-de-ct2 [--quantization int8]
     vanilla-transformer translate --engine ctranslate2 --model runs/en-de-ct2 < news.en > news.de
     vanilla-transformer score --hypotheses newstest2014.hyp.de --references newstest2014.de --lang de
+    vanilla-transformer demo --model runs/en-de [--host 127.0.0.1] [--port 7860] [--share]
+    vanilla-transformer demo --model your-name/transformer-en-de --write-space space/
 
 `python -m vanilla_transformer.cli ...` does the same. `vanilla-transformer COMMAND --help` documents every option.
 
@@ -362,6 +364,44 @@ def cmd_score(args) -> int:
     return 0
 
 
+# ------------------------------------------------------------------------------------------------ demo
+
+
+def cmd_demo(args) -> int:
+    """The web page (vanilla_transformer/demo.py, docs/demo.md), or with --write-space a Space that runs it."""
+    if not 0 <= args.port <= 65535:
+        raise ValueError(f"--port must be between 0 and 65535 (0: the first free one from 7860 up), got {args.port}.")
+    if not args.host.strip():
+        raise ValueError("--host must name an interface, e.g. 127.0.0.1 (this machine only) or 0.0.0.0 (every one).")
+    if args.write_space is not None:
+        from .demo import DEFAULT_REQUIREMENT, write_space
+
+        path = write_space(
+            args.write_space, args.model, revision=args.revision, requirement=args.requirement or DEFAULT_REQUIREMENT
+        )
+        print(f"Space written in {path}: upload it with `hf upload --repo-type space NAME {path}`")
+        return 0
+    if args.requirement is not None:
+        raise ValueError("--requirement is for --write-space (the Space's requirements.txt).")
+    check_model_location(args.model)  # before gradio, torch and the weights are loaded
+    import os
+
+    os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+    try:
+        import gradio  # noqa: F401
+    except ImportError:
+        raise ValueError("the demo needs gradio: pip install 'vanilla-transformer[demo]'") from None
+    from .demo import build_demo, launch_demo
+    from .loading import load_model
+
+    model, tokenizer = load_model(
+        args.model, revision=args.revision, device=args.device, trust_remote_code=args.trust_remote_code
+    )
+    blocks = build_demo(model, tokenizer, model_name=args.model)
+    launch_demo(blocks, host=args.host, port=args.port or None, share=args.share)
+    return 0
+
+
 # ------------------------------------------------------------------------------------------------ parser
 
 
@@ -566,6 +606,44 @@ def add_score_parser(commands) -> None:
     s.set_defaults(func=cmd_score, command_parser=s)
 
 
+def add_demo_parser(commands) -> None:
+    """`demo`: the web page of a model (docs/demo.md)."""
+    d = commands.add_parser(
+        "demo",
+        help="a web page that translates and shows attention, beam search steps and word alignment",
+        description="Serve a Gradio page for a model: translate what a visitor types (the model's decoding, or "
+        "greedy / beam / sampling), with its cross-, encoder and decoder attention per layer and head, the beam "
+        "search step by step, and a word alignment read from the cross-attention. Needs the demo extra: pip install "
+        "'vanilla-transformer[demo]'. See docs/demo.md.",
+    )
+    d.add_argument(
+        "--model",
+        required=True,
+        metavar="PATH_OR_REPO",
+        help="checkpoint directory or Hub repo id (with its tokenizer); with --write-space a Hub repo id",
+    )
+    d.add_argument("--host", default="127.0.0.1", help="interface to serve on (default 127.0.0.1: this machine only)")
+    d.add_argument("--port", type=int, default=7860, help="port (default 7860; 0 = the first free one from 7860 up)")
+    d.add_argument("--share", action="store_true", help="also open a public gradio.live link (Gradio's tunnel)")
+    d.add_argument("--device", default="auto", help="torch device: auto (default), cpu, cuda, mps")
+    d.add_argument(
+        "--write-space",
+        default=None,
+        metavar="DIR",
+        help="write a Hugging Face Space (app.py, requirements.txt, README.md) running this page for the Hub model "
+        "--model into DIR, instead of serving",
+    )
+    d.add_argument(
+        "--requirement",
+        default=None,
+        metavar="SPEC",
+        help="with --write-space: how the Space installs this package (default 'vanilla-transformer[demo]'; "
+        "e.g. a git+https:// URL)",
+    )
+    add_checkpoint_options(d)
+    d.set_defaults(func=cmd_demo, command_parser=d)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = ArgumentParser(
         prog=PROG,
@@ -579,6 +657,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_push_parser(commands)
     add_attention_parser(commands)
     add_score_parser(commands)
+    add_demo_parser(commands)
     commands.add_parser(
         "train",
         add_help=False,

@@ -1,0 +1,394 @@
+"""The web demo (vanilla_transformer/demo.py): its numbers are `attention_weights`' and its beam steps `generate`'s;
+the page answers bad and hostile input and 20 visitors at once through its HTTP API (gradio_client against a server
+on 127.0.0.1); a headless Chromium shows the same numbers and asks no other host for anything; the Space it writes
+builds; the command line checks its options first.
+
+One tiny model (tests/helpers.py's sizes, 120 Adam steps on real Multi30k pairs) serves every test of the module.
+"""
+
+import json
+import os
+import re
+import socket
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pytest
+import torch
+from helpers import TINY_SIZES, read_multi30k, train_steps
+
+
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+gr = pytest.importorskip("gradio")
+gradio_client = pytest.importorskip("gradio_client")
+
+from vanilla_transformer import (  # noqa: E402
+    VanillaTransformerConfig,
+    VanillaTransformerForConditionalGeneration,
+    demo,  # noqa: E402
+)
+from vanilla_transformer.attention_figures import AttentionWeights, attention_weights  # noqa: E402
+from vanilla_transformer.cli import main  # noqa: E402
+from vanilla_transformer.tokenization import train_tokenizer  # noqa: E402
+
+
+ROOT = Path(__file__).resolve().parents[1]
+ARTIFACTS = Path(os.environ.get("VT_TEST_ARTIFACTS", ROOT / "tests" / "artifacts"))
+SOURCE = "Two young men are riding bicycles down the street."
+LIMIT = 96  # the tiny model's position table: a long paste is cut here
+DEFAULT = ("model default", 4, 0.6, 1.0, 0, 1.0, 0, 0)  # the page's controls after the source, as the API takes them
+CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return train_tokenizer(read_multi30k("train.en.gz", 1000) + read_multi30k("train.de.gz", 1000), vocab_size=1000)
+
+
+@pytest.fixture(scope="module")
+def model(tokenizer):
+    torch.manual_seed(0)
+    config = VanillaTransformerConfig(vocab_size=len(tokenizer), max_position_embeddings=LIMIT, **TINY_SIZES)
+    model = VanillaTransformerForConditionalGeneration(config)
+    en, de = read_multi30k("train.en.gz", 2000), read_multi30k("train.de.gz", 2000)
+    return train_steps(model, tokenizer, en, de, steps=120, seed=0)
+
+
+@pytest.fixture(scope="module")
+def server(model, tokenizer):
+    """The page served on a free port of 127.0.0.1 in this process; yields its URL."""
+    blocks = demo.build_demo(model, tokenizer, model_name="tiny <b>test</b> model")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    _, url, _ = demo.launch_demo(blocks, host="127.0.0.1", port=port, prevent_thread_lock=True, quiet=True)
+    yield url
+    blocks.close()
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    return gradio_client.Client(server, verbose=False)
+
+
+def translate(client, text, *controls):
+    """The page's translate endpoint: (translation, notice, cross, encoder, decoder, steps, alignment HTML)."""
+    return client.predict(text, *(controls or DEFAULT), api_name="/translate")
+
+
+def cells(page: str, kind: str) -> dict:
+    """{(layer, head): [[weight, ...] per row]} of the `kind` heatmaps in `page`, read from their data-w."""
+    found = {}
+    for match in re.finditer(
+        rf'<table class=vt-att data-kind="{kind}" data-layer="(\d+)" data-head="(\w+)">(.*?)</table>', page
+    ):
+        rows = re.findall(r"<tr><th class=row>.*?</tr>", match.group(3))
+        found[int(match.group(1)), match.group(2)] = [
+            [float(w) for w in re.findall(r'data-w="([\d.]+)"', row)] for row in rows
+        ]
+    return found
+
+
+def expected_cells(weights: AttentionWeights, kind: str) -> dict:
+    tensor = weights.of(kind)
+    expected = {}
+    for layer in range(tensor.shape[0]):
+        for head in range(tensor.shape[1]):
+            expected[layer, str(head)] = tensor[layer, head].tolist()
+        expected[layer, "mean"] = tensor[layer].mean(dim=0).tolist()
+    return expected
+
+
+def assert_same_weights(shown: dict, expected: dict):
+    assert shown.keys() == expected.keys()
+    for key, rows in expected.items():
+        assert torch.allclose(torch.tensor(shown[key]), torch.tensor(rows), atol=1e-4, rtol=0), key
+
+
+# --- the numbers -----------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "decoding",
+    [
+        demo.Decoding(),
+        demo.Decoding("greedy"),
+        demo.Decoding("beam search", num_beams=3, length_penalty=1.0),
+        demo.Decoding("sampling", temperature=0.8, top_k=20, seed=7),
+    ],
+    ids=lambda d: d.mode.replace(" ", "-"),
+)
+def test_translation_and_steps_are_generates(model, tokenizer, decoding):
+    """The page's translation is `generate`'s with the same options; the step view's returned hypothesis is that
+    translation, with `generate`'s own score; its heatmaps hold `attention_weights`' numbers."""
+    result = demo.run_translation(model, tokenizer, f"  {SOURCE}\n", decoding)
+    kwargs = decoding.generate_kwargs()
+    if kwargs.get("do_sample"):
+        torch.manual_seed(decoding.seed)
+    with torch.no_grad():
+        out = model.generate(
+            **tokenizer(SOURCE, return_tensors="pt"), **kwargs, output_scores=True, return_dict_in_generate=True
+        )
+    assert result.translation == tokenizer.decode(out.sequences[0], skip_special_tokens=True).strip()
+    assert result.source == SOURCE and result.notice == ""
+    finals = [(step, c) for step in result.steps for c in step.candidates if c.final]
+    assert len(finals) == 1
+    step, final = finals[0]
+    assert final.tokens == result.weights.target_tokens[-demo.TAIL :]
+    assert final.length == len(result.weights.target_tokens) == step.index + 1
+    if decoding.mode in ("model default", "beam search"):
+        beams = kwargs.get("num_beams", model.generation_config.num_beams)
+        assert final.status == "ended"
+        assert final.score == pytest.approx(out.sequences_scores[0].item(), abs=1e-5)
+        for step in result.steps[:-1]:
+            assert len(step.candidates) == 2 * beams
+            assert sum(c.status == "kept" for c in step.candidates) == beams
+            scores = [c.log_prob for c in step.candidates]
+            assert scores == sorted(scores, reverse=True)
+    else:
+        assert all(step.candidates[0].status == "chosen" for step in result.steps)
+    if decoding.mode != "sampling":
+        expected = attention_weights(model, tokenizer, SOURCE, **kwargs)
+        assert expected.translation == result.translation
+        for kind in ("cross", "encoder", "decoder"):
+            assert_same_weights(cells(demo.attention_html(result.weights, kind), kind), expected_cells(expected, kind))
+
+
+def test_word_alignment_merges_subwords():
+    # Target "Fahr ##rad </s>" over source "bi ##cycle man </s>": the word "Fahrrad" looks at "bicycle" (0.5 + 0.3
+    # summed over its pieces) more than at "man" (0.6 on one piece, 0 on the other).
+    cross = torch.tensor([[[0.5, 0.0, 0.5, 0.0], [0.3, 0.3, 0.0, 0.4], [0.0, 0.0, 0.0, 1.0]]])[None]
+    weights = AttentionWeights(
+        source="bicycle man",
+        translation="Fahrrad",
+        generated=False,
+        source_tokens=["bi", "##cycle", "man", "</s>"],
+        target_tokens=["Fahr", "##rad", "</s>"],
+        decoder_input_tokens=["<s>", "Fahr", "##rad"],
+        encoder=torch.zeros(1, 1, 4, 4),
+        decoder=torch.zeros(1, 1, 3, 3),
+        cross=cross,
+    )
+    source, target, links = demo.word_alignment(weights)
+    assert (source, target) == (["bicycle", "man"], ["Fahrrad"])
+    assert links == [(0, 0, pytest.approx((0.5 + 0.6) / 2))]
+    assert 'data-source="0" data-target="0"' in demo.alignment_html(weights)
+
+
+def test_long_input_is_cut_to_the_model_limit(model, tokenizer):
+    limit = model.config.input_length_limit(tokenizer)
+    assert limit == LIMIT
+    text = " ".join(read_multi30k("train.en.gz", 500))
+    source, notice = demo.prepare_source(text, tokenizer, limit)
+    assert len(tokenizer(source)["input_ids"]) <= limit
+    assert text.startswith(source) and len(source) < len(text)
+    assert f"at most {limit}" in notice
+    assert demo.prepare_source("  \n\t ", tokenizer, limit) == ("", "")
+
+
+# --- the page through its HTTP API -----------------------------------------------------------------------------------
+
+
+def test_api_translates_like_the_library(client, model, tokenizer):
+    translation, notice, cross, encoder, decoder, steps, alignment = translate(client, SOURCE)
+    expected = attention_weights(model, tokenizer, SOURCE)
+    assert translation == expected.translation and notice == ""
+    assert_same_weights(cells(cross, "cross"), expected_cells(expected, "cross"))
+    assert_same_weights(cells(encoder, "encoder"), expected_cells(expected, "encoder"))
+    assert 'data-final="1"' in steps and "<svg class=vt-align" in alignment
+    greedy = translate(client, SOURCE, "greedy", *DEFAULT[1:])[0]
+    assert greedy == attention_weights(model, tokenizer, SOURCE, num_beams=1).translation
+
+
+@pytest.mark.parametrize("text", ["", "   \n\t  "], ids=["empty", "whitespace"])
+def test_api_empty_input(client, text):
+    translation, notice, *views = translate(client, text)
+    assert translation == "" and "Type a sentence" in notice and views == [""] * 5
+
+
+def test_api_long_paste_is_truncated_with_a_notice(client, tokenizer):
+    words = " ".join(read_multi30k("train.en.gz", 600)).split()[:5000]
+    assert len(words) == 5000
+    translation, notice, cross, *_ = translate(client, " ".join(words))
+    assert translation and f"at most {LIMIT}" in notice
+    assert len(cells(cross, "cross")[0, "mean"][0]) == min(LIMIT, demo.SHOWN_TOKENS)
+
+
+def test_api_html_is_text_not_markup(client, model, tokenizer):
+    hostile = '<script>alert("x")</script> <img src=x onerror=alert(1)> A man & a "dog".'
+    outputs = translate(client, hostile)
+    page = "".join(outputs[2:])
+    assert "<script" not in page and "<img" not in page and "onerror=alert" not in page.replace("&", "")
+    assert "&lt;" in outputs[2]  # the source's "<" pieces, shown as text
+    assert outputs[0] == attention_weights(model, tokenizer, hostile).translation
+
+
+@pytest.mark.parametrize("text", ["Мужчина едет на велосипеде.", "一个男人在骑自行车。", "رجل يركب دراجة"])
+def test_api_non_latin_scripts(client, model, tokenizer, text):
+    translation, notice, cross, *_ = translate(client, text)
+    assert translation == attention_weights(model, tokenizer, text).translation and notice == ""
+    assert cells(cross, "cross")
+
+
+def test_api_bad_options_are_refused_and_the_server_goes_on(client, model, tokenizer):
+    # Out of a slider's range: Gradio refuses it before the handler runs; the handler turns its own checks into the
+    # notice (called directly: the page's sliders cannot send such a value).
+    with pytest.raises(gradio_client.exceptions.AppError, match="less than minimum"):
+        translate(client, SOURCE, "sampling", 4, 0.6, 0.0, 0, 1.0, 0, 0)
+    translation, notice, *views = demo.translate_for_page(
+        model, tokenizer, SOURCE, "sampling", 4, 0.6, 0.0, 0, 1, 0, 0
+    )
+    assert translation == "" and "temperature must be above 0" in notice and views == [""] * 5 + [None]
+    assert demo.translate_for_page(model, tokenizer, SOURCE, "nonsense", 4, 0.6, 1, 0, 1, 0, 0)[1].startswith("\u26a0")
+    assert translate(client, SOURCE)[0]
+
+
+def test_api_twenty_visitors_at_once(client, server, model, tokenizer):
+    sentences = read_multi30k("val.en.gz", 20) if (Path(__file__).parents[2] / "shared").exists() else [SOURCE] * 20
+    expected = [attention_weights(model, tokenizer, s).translation for s in sentences]
+    started = time.monotonic()
+    with ThreadPoolExecutor(20) as pool:
+        answers = list(
+            pool.map(
+                lambda s: gradio_client.Client(server, verbose=False).predict(s, *DEFAULT, api_name="/translate")[0],
+                sentences,
+            )
+        )
+    assert answers == expected
+    assert time.monotonic() - started < 90
+    assert translate(client, SOURCE)[0]  # still serving
+
+
+# --- in a browser ----------------------------------------------------------------------------------------------------
+
+READ_CELLS = """
+const out = {};
+for (const table of document.querySelectorAll('table.vt-att[data-kind="cross"]')) {
+  out[table.dataset.layer + '/' + table.dataset.head] = Array.from(table.querySelectorAll('tr')).slice(1).map(
+    row => Array.from(row.querySelectorAll('td')).map(td => parseFloat(td.dataset.w)));
+}
+return out;
+"""
+READ_STEPS = """
+return Array.from(document.querySelectorAll('details.vt-step')).map(step => Array.from(
+  step.querySelectorAll('tr[data-status]')).map(row => [row.dataset.tokens, row.dataset.status, row.dataset.final]));
+"""
+
+
+@pytest.mark.skipif(not CHROMIUM.exists(), reason="no /usr/bin/chromium: apt-get install chromium chromium-driver")
+def test_browser_shows_the_library_numbers(server, model, tokenizer, tmp_path):
+    webdriver = pytest.importorskip("selenium.webdriver")
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = str(CHROMIUM)
+    for flag in (
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+        "--disable-dev-shm-usage",
+        "--window-size=1400,1100",
+        f"--user-data-dir={tmp_path / 'profile'}",
+    ):
+        options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"performance": "ALL"})
+    service = webdriver.ChromeService(executable_path=str(CHROMEDRIVER) if CHROMEDRIVER.exists() else None)
+    driver = webdriver.Chrome(options=options, service=service)
+    try:
+        wait = WebDriverWait(driver, 60)
+        driver.get(server)
+        box = wait.until(ec.element_to_be_clickable((By.CSS_SELECTOR, "#vt-source textarea")))
+        box.send_keys(SOURCE)
+        driver.find_element(By.CSS_SELECTOR, "#vt-translate").click()
+        output = driver.find_element(By.CSS_SELECTOR, "#vt-translation textarea")
+        wait.until(lambda _: output.get_attribute("value"))
+        expected = demo.run_translation(model, tokenizer, SOURCE)
+        assert output.get_attribute("value") == expected.translation
+
+        wait.until(lambda d: d.execute_script(READ_CELLS))
+        shown = {tuple(k.split("/")): v for k, v in driver.execute_script(READ_CELLS).items()}
+        want = {(str(layer), head): rows for (layer, head), rows in expected_cells(expected.weights, "cross").items()}
+        assert_same_weights(shown, want)
+        hover = driver.find_element(By.CSS_SELECTOR, 'table.vt-att[data-head="mean"] td').get_attribute("title")
+        assert hover.startswith(
+            f"target {expected.weights.target_tokens[0]} · source {expected.weights.source_tokens[0]}"
+        )
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        driver.save_screenshot(str(ARTIFACTS / "demo-cross.png"))
+
+        driver.find_element(By.XPATH, "//button[@role='tab'][contains(., 'Decoding steps')]").click()
+        wait.until(lambda d: d.execute_script(READ_STEPS))
+        steps = driver.execute_script(READ_STEPS)
+        assert steps == [
+            [[" ".join(c.tokens), c.status, str(int(c.final))] for c in step.candidates] for step in expected.steps
+        ]
+        final = [row[0] for step in steps for row in step if row[2] == "1"]
+        assert final == [" ".join(expected.weights.target_tokens)]
+        driver.save_screenshot(str(ARTIFACTS / "demo-steps.png"))
+
+        hosts = set()
+        for entry in driver.get_log("performance"):
+            message = json.loads(entry["message"])["message"]
+            if message["method"] == "Network.requestWillBeSent":
+                url = message["params"]["request"]["url"]
+                if url.startswith(("http:", "https:", "ws:", "wss:")):
+                    hosts.add(urlparse(url).hostname)
+        assert hosts == {"127.0.0.1"}, f"the page asked other hosts: {hosts}"
+    finally:
+        driver.quit()
+
+
+# --- the Space and the command line ---------------------------------------------------------------------------------
+
+
+def test_written_space_builds_the_page(model, tokenizer, tmp_path, hub):
+    from huggingface_hub import HfApi
+
+    api = HfApi()
+    repo_id = f"tester/demo-model-{os.getpid()}"
+    api.create_repo(repo_id, exist_ok=True)
+    model_dir = tmp_path / "model"
+    model.save_pretrained(model_dir)
+    tokenizer.save_pretrained(model_dir)
+    api.upload_folder(folder_path=model_dir, repo_id=repo_id)
+    space = tmp_path / "space"
+    assert main(["demo", "--model", repo_id, "--write-space", str(space)]) == 0
+    assert sorted(p.name for p in space.iterdir()) == ["README.md", "app.py", "requirements.txt"]
+    assert "vanilla-transformer[demo]" in (space / "requirements.txt").read_text()
+    namespace = {"__name__": "space_app"}
+    exec(
+        compile((space / "app.py").read_text(), str(space / "app.py"), "exec"), namespace
+    )  # imports, builds, no launch
+    assert isinstance(namespace["demo"], gr.Blocks)
+    api.create_repo(f"tester/demo-space-{os.getpid()}", repo_type="space", space_sdk="gradio", exist_ok=True)
+    api.upload_folder(folder_path=space, repo_id=f"tester/demo-space-{os.getpid()}", repo_type="space")
+    files = api.list_repo_files(f"tester/demo-space-{os.getpid()}", repo_type="space")
+    assert {"app.py", "requirements.txt", "README.md"} <= set(files)
+
+
+def test_cli_checks_options_before_loading(capsys, tmp_path, monkeypatch):
+    assert main(["demo", "--model", str(tmp_path / "missing"), "--port", "70000"]) == 2
+    assert "--port must be between 0 and 65535" in capsys.readouterr().err
+    assert main(["demo", "--model", str(tmp_path / "missing")]) == 2
+    assert "no such directory" in capsys.readouterr().err
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "x").write_text("")
+    assert main(["demo", "--model", "a/b", "--write-space", str(tmp_path / "full")]) == 2
+    assert "not an empty directory" in capsys.readouterr().err
+    monkeypatch.setitem(sys.modules, "gradio", None)  # as if gradio were not installed
+    model_dir = tmp_path / "m"
+    model_dir.mkdir()
+    (model_dir / "config.json").write_text("{}")
+    (model_dir / "tokenizer.json").write_text("{}")
+    assert main(["demo", "--model", str(model_dir)]) == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and "pip install 'vanilla-transformer[demo]'" in error
