@@ -6,7 +6,8 @@
 See docs/demo.md for what each view shows. The page has five views of one translation, all read from one call of
 `attention_figures.attention_weights` (the same function as the `attention` figures, so the page and the figures
 cannot disagree):
-  * the translation, by default with the model's generation config (section 6.1: beam 4, length penalty 0.6), or
+  * the translation, by default with the model's generation config (beam and length penalty as the model saved
+    them: docs/model.md), or
     greedy, another beam size / length penalty, or sampling;
   * attention as HTML heatmaps: cross-attention as a layer x head grid plus the mean of the heads, encoder and
     decoder self-attention likewise; every cell carries its weight (`data-w`, rounded to `DIGITS` decimals) and a
