@@ -33,17 +33,6 @@ COMMANDS = (
 )
 
 
-def cpu_model() -> str:
-    """The CPU's model name (from /proc/cpuinfo on Linux), else what `platform` knows."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def time_help(command: list[str], runs: int) -> tuple[float | None, str]:
     """(median seconds, "") over `runs` runs of `COMMAND --help`, or (None, the error) if it exits non-zero."""
     times = []
@@ -67,7 +56,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=5, help="runs per command (default 5)")
     args = parser.parse_args()
-    print(f"CPU: {cpu_model()} ({os.cpu_count()} logical cores); Python {platform.python_version()}")
+    from vanilla_transformer.precision import cpu_model_name  # torch, in this process only: the runs are new ones
+
+    print(f"CPU: {cpu_model_name()} ({os.cpu_count()} logical cores); Python {platform.python_version()}")
     print(f"median of {args.runs} runs, seconds, process start to exit")
     for command in COMMANDS:
         name = " ".join(["vanilla-transformer", *command, "--help"])

@@ -13,7 +13,6 @@ does. Prints the median of the runs after one warm-up, and the CPU model.
 from __future__ import annotations
 
 import argparse
-import platform
 import statistics
 import sys
 import time
@@ -27,16 +26,6 @@ from _data import MULTI30K, read_lines  # noqa: E402
 SENTENCE = "A young man in a blue jacket is riding his old bicycle down a busy street while two friends watch from the corner."
 
 
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=5)
@@ -48,6 +37,7 @@ def main() -> None:
     import torch
 
     from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration, demo
+    from vanilla_transformer.precision import cpu_model_name
     from vanilla_transformer.tokenization import train_tokenizer
 
     if args.threads:
@@ -79,7 +69,7 @@ def main() -> None:
     views_s = statistics.median(r[1] for r in runs)
     total_s = statistics.median(r[0] + r[1] for r in runs)
     result = runs[-1][3]
-    print(f"CPU: {cpu_model()} ({torch.get_num_threads()} torch threads), torch {torch.__version__}")
+    print(f"CPU: {cpu_model_name()} ({torch.get_num_threads()} torch threads), torch {torch.__version__}")
     print(
         f"small preset, random weights; source {len(result.weights.source_tokens)} tokens "
         f"({len(SENTENCE.split())} words), output {len(result.weights.target_tokens)} tokens, beam {args.beams}"
