@@ -366,7 +366,8 @@ def test_compare_refuses_another_vocabulary(model, model_b, tokenizer, tmp_path,
 
 READ_CELLS = """
 const out = {};
-for (const table of document.querySelectorAll('table.vt-att[data-kind="cross"]')) {
+const root = arguments.length ? document.querySelector(arguments[0]) : document;  // arguments[0]: one model's column
+for (const table of root ? root.querySelectorAll('table.vt-att[data-kind="cross"]') : []) {
   out[table.dataset.layer + '/' + table.dataset.head] = Array.from(table.querySelectorAll('tr')).slice(1).map(
     row => Array.from(row.querySelectorAll('td')).map(td => parseFloat(td.dataset.w)));
 }
@@ -378,13 +379,9 @@ return Array.from(document.querySelectorAll('details.vt-step')).map(step => Arra
 """
 
 
-@pytest.mark.skipif(not CHROMIUM.exists(), reason="no /usr/bin/chromium: apt-get install chromium chromium-driver")
-def test_browser_shows_the_library_numbers(server, model, tokenizer, tmp_path):
+def chromium(tmp_path):
+    """A headless Chromium (selenium) that logs its requests."""
     webdriver = pytest.importorskip("selenium.webdriver")
-    from selenium.webdriver.common.by import By
-    from selenium.webdriver.support import expected_conditions as ec
-    from selenium.webdriver.support.ui import WebDriverWait
-
     options = webdriver.ChromeOptions()
     options.binary_location = str(CHROMIUM)
     for flag in (
@@ -402,7 +399,22 @@ def test_browser_shows_the_library_numbers(server, model, tokenizer, tmp_path):
         options.add_argument(flag)
     options.set_capability("goog:loggingPrefs", {"performance": "ALL"})
     service = webdriver.ChromeService(executable_path=str(CHROMEDRIVER) if CHROMEDRIVER.exists() else None)
-    driver = webdriver.Chrome(options=options, service=service)
+    return webdriver.Chrome(options=options, service=service)
+
+
+def browser_cells(driver, root=None) -> dict:
+    """READ_CELLS of the page (or of its element `root`), keyed as `expected_cells`."""
+    found = driver.execute_script(READ_CELLS, *([root] if root else []))
+    return {(int(k.split("/")[0]), k.split("/")[1]): v for k, v in found.items()}
+
+
+@pytest.mark.skipif(not CHROMIUM.exists(), reason="no /usr/bin/chromium: apt-get install chromium chromium-driver")
+def test_browser_shows_the_library_numbers(server, model, tokenizer, tmp_path):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    driver = chromium(tmp_path)
     try:
         wait = WebDriverWait(driver, 60)
         driver.get(server)
@@ -415,9 +427,7 @@ def test_browser_shows_the_library_numbers(server, model, tokenizer, tmp_path):
         assert output.get_attribute("value") == expected.translation
 
         wait.until(lambda d: d.execute_script(READ_CELLS))
-        shown = {tuple(k.split("/")): v for k, v in driver.execute_script(READ_CELLS).items()}
-        want = {(str(layer), head): rows for (layer, head), rows in expected_cells(expected.weights, "cross").items()}
-        assert_same_weights(shown, want)
+        assert_same_weights(browser_cells(driver), expected_cells(expected.weights, "cross"))
         hover = driver.find_element(By.CSS_SELECTOR, 'table.vt-att[data-head="mean"] td').get_attribute("title")
         assert hover.startswith(
             f"target {expected.weights.target_tokens[0]} · source {expected.weights.source_tokens[0]}"
@@ -443,6 +453,37 @@ def test_browser_shows_the_library_numbers(server, model, tokenizer, tmp_path):
                 if url.startswith(("http:", "https:", "ws:", "wss:")):
                     hosts.add(urlparse(url).hostname)
         assert hosts == {"127.0.0.1"}, f"the page asked other hosts: {hosts}"
+    finally:
+        driver.quit()
+
+
+@pytest.mark.skipif(not CHROMIUM.exists(), reason="no /usr/bin/chromium: apt-get install chromium chromium-driver")
+def test_browser_compare_shows_two_columns(compare_server, model, model_b, tokenizer, tmp_path):
+    """The compare page in a browser: each translation box and each cross-attention column (headed by its model's
+    name, as text) holds its own model's numbers."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    driver = chromium(tmp_path)
+    try:
+        wait = WebDriverWait(driver, 60)
+        driver.get(compare_server)
+        box = wait.until(ec.element_to_be_clickable((By.CSS_SELECTOR, "#vt-source textarea")))
+        box.send_keys(SOURCE)
+        driver.find_element(By.CSS_SELECTOR, "#vt-translate").click()
+        for suffix, side in (("a", model), ("b", model_b)):
+            expected = demo.run_translation(side, tokenizer, SOURCE)
+            output = driver.find_element(By.CSS_SELECTOR, f"#vt-translation-{suffix} textarea")
+            wait.until(lambda _, output=output: output.get_attribute("value"))
+            assert output.get_attribute("value") == expected.translation
+            column = f"#vt-cross-view-{suffix}"
+            wait.until(lambda d, column=column: d.execute_script(READ_CELLS, column))
+            assert_same_weights(browser_cells(driver, column), expected_cells(expected.weights, "cross"))
+        headers = driver.find_elements(By.CSS_SELECTOR, '[data-testid="markdown"].vt-model-name')
+        assert [e.text for e in headers if e.is_displayed()] == ["final", "later <i>run</i>"]
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        driver.save_screenshot(str(ARTIFACTS / "demo-compare.png"))
     finally:
         driver.quit()
 
