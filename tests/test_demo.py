@@ -1,11 +1,14 @@
 """The web demo (vanilla_transformer/demo.py): its numbers are `attention_weights`' and its beam steps `generate`'s;
 the page answers bad and hostile input and 20 visitors at once through its HTTP API (gradio_client against a server
 on 127.0.0.1); a headless Chromium shows the same numbers and asks no other host for anything; the Space it writes
-builds; the command line checks its options first.
+builds; the command line checks its options first. With a second model (`--compare`) the page shows each model's own
+translation and numbers side by side, and refuses a model of another vocabulary.
 
-One tiny model (tests/helpers.py's sizes, 120 Adam steps on real Multi30k pairs) serves every test of the module.
+One tiny model (tests/helpers.py's sizes, 120 Adam steps on real Multi30k pairs) serves every test of the module; the
+compared one is a copy of it trained 30 more steps, with its own generation config (beam 2, length penalty 1).
 """
 
+import copy
 import json
 import os
 import re
@@ -58,15 +61,39 @@ def model(tokenizer):
 
 
 @pytest.fixture(scope="module")
-def server(model, tokenizer):
-    """The page served on a free port of 127.0.0.1 in this process; yields its URL."""
-    blocks = demo.build_demo(model, tokenizer, model_name="tiny <b>test</b> model")
+def model_b(model, tokenizer):
+    """The model to compare with `model`: a later checkpoint of the same run (30 more steps), with its own
+    generation config."""
+    later = copy.deepcopy(model)
+    en, de = read_multi30k("train.en.gz", 2000), read_multi30k("train.de.gz", 2000)
+    later = train_steps(later, tokenizer, en, de, steps=30, seed=1)
+    later.generation_config.num_beams = 2
+    later.generation_config.length_penalty = 1.0
+    return later
+
+
+def serve(blocks):
+    """Serve `blocks` on a free port of 127.0.0.1 in this process; yields its URL."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     _, url, _ = demo.launch_demo(blocks, host="127.0.0.1", port=port, prevent_thread_lock=True, quiet=True)
     yield url
     blocks.close()
+
+
+@pytest.fixture(scope="module")
+def server(model, tokenizer):
+    """The page served on a free port of 127.0.0.1 in this process; yields its URL."""
+    yield from serve(demo.build_demo(model, tokenizer, model_name="tiny <b>test</b> model"))
+
+
+@pytest.fixture(scope="module")
+def compare_server(model, model_b, tokenizer):
+    """The page comparing `model` ("final") with `model_b`; yields its URL."""
+    yield from serve(
+        demo.build_demo(model, tokenizer, model_name="final", compare=(model_b, tokenizer, "later <i>run</i>"))
+    )
 
 
 @pytest.fixture(scope="module")
@@ -262,11 +289,85 @@ def test_api_twenty_visitors_at_once(client, server, model, tokenizer):
     assert translate(client, SOURCE)[0]  # still serving
 
 
+# --- two models side by side -----------------------------------------------------------------------------------------
+
+
+def generated(model, tokenizer, text, **kwargs) -> str:
+    """`model.generate`'s translation of `text` (its own generation config, overridden by `kwargs`)."""
+    with torch.no_grad():
+        out = model.generate(**tokenizer(text, return_tensors="pt"), **kwargs)
+    return tokenizer.decode(out[0], skip_special_tokens=True).strip()
+
+
+def assert_each_models_own(outputs, models, tokenizer, text, **kwargs):
+    """`outputs` of the compare page (translations, notice, then each view for each model) hold each model's own
+    translation (`generate`) and attention (`attention_weights`)."""
+    n = len(models)
+    translations, notice, views = outputs[:n], outputs[n], outputs[n + 1 :]
+    assert notice == ""
+    for i, model in enumerate(models):
+        expected = attention_weights(model, tokenizer, text, **kwargs)
+        assert translations[i] == generated(model, tokenizer, text, **kwargs) == expected.translation
+        cross, encoder, decoder, steps, alignment = views[i : 5 * n : n]
+        assert_same_weights(cells(cross, "cross"), expected_cells(expected, "cross"))
+        assert_same_weights(cells(encoder, "encoder"), expected_cells(expected, "encoder"))
+        assert_same_weights(cells(decoder, "decoder"), expected_cells(expected, "decoder"))
+        assert 'data-final="1"' in steps and "<svg class=vt-align" in alignment
+
+
+def test_compare_translates_with_each_model(model, model_b, tokenizer):
+    """The compare handler: each model's own translation (the model default: each its own generation config, beam 4
+    and beam 2) and grids; the decoding controls apply to both; one model's outputs are `translate_for_page`'s."""
+    sides = [(model, tokenizer, "final"), (model_b, tokenizer, "later")]
+    assert model.generation_config.num_beams != model_b.generation_config.num_beams
+    outputs = demo.compare_for_page(sides, SOURCE, *DEFAULT, 0)
+    assert len(outputs) == 2 + 1 + 2 * 5 + 2
+    assert_each_models_own(outputs[:-2], [model, model_b], tokenizer, SOURCE)
+    first, second = outputs[-2:]
+    assert not torch.equal(first.cross, second.cross)  # two models, two sets of numbers
+    greedy = demo.compare_for_page(sides, SOURCE, "greedy", *DEFAULT[1:], 0)
+    assert_each_models_own(greedy[:-2], [model, model_b], tokenizer, SOURCE, num_beams=1)
+    one = demo.compare_for_page(sides[:1], SOURCE, *DEFAULT)
+    assert one[:-1] == demo.translate_for_page(model, tokenizer, SOURCE, *DEFAULT)[:-1]
+
+
+def test_api_compare_shows_both_models(compare_server, model, model_b, tokenizer):
+    """Through the HTTP API: (translation A, translation B, notice, cross A, cross B, encoder A, ..., alignment B)."""
+    client = gradio_client.Client(compare_server, verbose=False)
+    outputs = client.predict(SOURCE, *DEFAULT, 0, api_name="/translate")
+    assert len(outputs) == 2 + 1 + 2 * 5
+    assert_each_models_own(outputs, [model, model_b], tokenizer, SOURCE)
+    translation_a, translation_b, notice, *views = client.predict("  ", *DEFAULT, 0, api_name="/translate")
+    assert (translation_a, translation_b, views) == ("", "", [""] * 10) and "Type a sentence" in notice
+
+
+def test_compare_refuses_another_vocabulary(model, model_b, tokenizer, tmp_path, capsys, monkeypatch):
+    other = train_tokenizer(read_multi30k("train.en.gz", 500) + read_multi30k("train.de.gz", 500), vocab_size=600)
+    assert demo.vocabulary_difference(tokenizer, tokenizer) == ""
+    with pytest.raises(ValueError, match="another vocabulary") as refused:
+        demo.build_demo(model, tokenizer, compare=(model_b, other, "other"))
+    assert "\n" not in str(refused.value)
+    for name, (m, t) in {"a": (model, tokenizer), "b": (model_b, tokenizer), "other": (model_b, other)}.items():
+        m.save_pretrained(tmp_path / name)
+        t.save_pretrained(tmp_path / name)
+    capsys.readouterr()  # save_pretrained's progress bars
+    launched = []
+    monkeypatch.setattr(demo, "launch_demo", lambda blocks, **kw: launched.append(blocks))
+    assert main(["demo", "--model", str(tmp_path / "a"), "--compare", str(tmp_path / "other"), "--device", "cpu"]) == 2
+    error = capsys.readouterr().err
+    lines = [line for line in error.split("\n") if line and "\r" not in line]  # less the weights' loading bars
+    assert len(lines) == 1 and lines[0].startswith("vanilla-transformer demo: error: --compare") and not launched
+    assert "another vocabulary" in lines[0]
+    assert main(["demo", "--model", str(tmp_path / "a"), "--compare", str(tmp_path / "b"), "--device", "cpu"]) == 0
+    assert [blocks.title for blocks in launched] == [f"vanilla-transformer: {tmp_path / 'a'} vs {tmp_path / 'b'}"]
+
+
 # --- in a browser ----------------------------------------------------------------------------------------------------
 
 READ_CELLS = """
 const out = {};
-for (const table of document.querySelectorAll('table.vt-att[data-kind="cross"]')) {
+const root = arguments.length ? document.querySelector(arguments[0]) : document;  // arguments[0]: one model's column
+for (const table of root ? root.querySelectorAll('table.vt-att[data-kind="cross"]') : []) {
   out[table.dataset.layer + '/' + table.dataset.head] = Array.from(table.querySelectorAll('tr')).slice(1).map(
     row => Array.from(row.querySelectorAll('td')).map(td => parseFloat(td.dataset.w)));
 }
@@ -278,13 +379,9 @@ return Array.from(document.querySelectorAll('details.vt-step')).map(step => Arra
 """
 
 
-@pytest.mark.skipif(not CHROMIUM.exists(), reason="no /usr/bin/chromium: apt-get install chromium chromium-driver")
-def test_browser_shows_the_library_numbers(server, model, tokenizer, tmp_path):
+def chromium(tmp_path):
+    """A headless Chromium (selenium) that logs its requests."""
     webdriver = pytest.importorskip("selenium.webdriver")
-    from selenium.webdriver.common.by import By
-    from selenium.webdriver.support import expected_conditions as ec
-    from selenium.webdriver.support.ui import WebDriverWait
-
     options = webdriver.ChromeOptions()
     options.binary_location = str(CHROMIUM)
     for flag in (
@@ -302,7 +399,22 @@ def test_browser_shows_the_library_numbers(server, model, tokenizer, tmp_path):
         options.add_argument(flag)
     options.set_capability("goog:loggingPrefs", {"performance": "ALL"})
     service = webdriver.ChromeService(executable_path=str(CHROMEDRIVER) if CHROMEDRIVER.exists() else None)
-    driver = webdriver.Chrome(options=options, service=service)
+    return webdriver.Chrome(options=options, service=service)
+
+
+def browser_cells(driver, root=None) -> dict:
+    """READ_CELLS of the page (or of its element `root`), keyed as `expected_cells`."""
+    found = driver.execute_script(READ_CELLS, *([root] if root else []))
+    return {(int(k.split("/")[0]), k.split("/")[1]): v for k, v in found.items()}
+
+
+@pytest.mark.skipif(not CHROMIUM.exists(), reason="no /usr/bin/chromium: apt-get install chromium chromium-driver")
+def test_browser_shows_the_library_numbers(server, model, tokenizer, tmp_path):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    driver = chromium(tmp_path)
     try:
         wait = WebDriverWait(driver, 60)
         driver.get(server)
@@ -315,9 +427,7 @@ def test_browser_shows_the_library_numbers(server, model, tokenizer, tmp_path):
         assert output.get_attribute("value") == expected.translation
 
         wait.until(lambda d: d.execute_script(READ_CELLS))
-        shown = {tuple(k.split("/")): v for k, v in driver.execute_script(READ_CELLS).items()}
-        want = {(str(layer), head): rows for (layer, head), rows in expected_cells(expected.weights, "cross").items()}
-        assert_same_weights(shown, want)
+        assert_same_weights(browser_cells(driver), expected_cells(expected.weights, "cross"))
         hover = driver.find_element(By.CSS_SELECTOR, 'table.vt-att[data-head="mean"] td').get_attribute("title")
         assert hover.startswith(
             f"target {expected.weights.target_tokens[0]} · source {expected.weights.source_tokens[0]}"
@@ -343,6 +453,37 @@ def test_browser_shows_the_library_numbers(server, model, tokenizer, tmp_path):
                 if url.startswith(("http:", "https:", "ws:", "wss:")):
                     hosts.add(urlparse(url).hostname)
         assert hosts == {"127.0.0.1"}, f"the page asked other hosts: {hosts}"
+    finally:
+        driver.quit()
+
+
+@pytest.mark.skipif(not CHROMIUM.exists(), reason="no /usr/bin/chromium: apt-get install chromium chromium-driver")
+def test_browser_compare_shows_two_columns(compare_server, model, model_b, tokenizer, tmp_path):
+    """The compare page in a browser: each translation box and each cross-attention column (headed by its model's
+    name, as text) holds its own model's numbers."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    driver = chromium(tmp_path)
+    try:
+        wait = WebDriverWait(driver, 60)
+        driver.get(compare_server)
+        box = wait.until(ec.element_to_be_clickable((By.CSS_SELECTOR, "#vt-source textarea")))
+        box.send_keys(SOURCE)
+        driver.find_element(By.CSS_SELECTOR, "#vt-translate").click()
+        for suffix, side in (("a", model), ("b", model_b)):
+            expected = demo.run_translation(side, tokenizer, SOURCE)
+            output = driver.find_element(By.CSS_SELECTOR, f"#vt-translation-{suffix} textarea")
+            wait.until(lambda _, output=output: output.get_attribute("value"))
+            assert output.get_attribute("value") == expected.translation
+            column = f"#vt-cross-view-{suffix}"
+            wait.until(lambda d, column=column: d.execute_script(READ_CELLS, column))
+            assert_same_weights(browser_cells(driver, column), expected_cells(expected.weights, "cross"))
+        headers = driver.find_elements(By.CSS_SELECTOR, '[data-testid="markdown"].vt-model-name')
+        assert [e.text for e in headers if e.is_displayed()] == ["final", "later <i>run</i>"]
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        driver.save_screenshot(str(ARTIFACTS / "demo-compare.png"))
     finally:
         driver.quit()
 
@@ -380,6 +521,10 @@ def test_cli_checks_options_before_loading(capsys, tmp_path, monkeypatch):
     assert "--port must be between 0 and 65535" in capsys.readouterr().err
     assert main(["demo", "--model", str(tmp_path / "missing")]) == 2
     assert "no such directory" in capsys.readouterr().err
+    assert main(["demo", "--model", "a/b", "--compare", str(tmp_path / "missing")]) == 2
+    assert "--compare" in capsys.readouterr().err
+    assert main(["demo", "--model", "a/b", "--compare", "c/d", "--write-space", str(tmp_path / "space")]) == 2
+    assert "--compare is for the page served here" in capsys.readouterr().err
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "x").write_text("")
     assert main(["demo", "--model", "a/b", "--write-space", str(tmp_path / "full")]) == 2

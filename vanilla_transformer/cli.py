@@ -10,6 +10,7 @@
     vanilla-transformer translate --engine ctranslate2 --model runs/en-de-ct2 < news.en > news.de
     vanilla-transformer score --hypotheses newstest2014.hyp.de --references newstest2014.de --lang de
     vanilla-transformer demo --model runs/en-de [--host 127.0.0.1] [--port 7860] [--share]
+    vanilla-transformer demo --model runs/en-de --compare runs/en-de/averaged
     vanilla-transformer demo --model your-name/transformer-en-de --write-space space/
 
 `python -m vanilla_transformer.cli ...` does the same. `vanilla-transformer COMMAND --help` documents every option.
@@ -374,6 +375,8 @@ def cmd_demo(args) -> int:
     if not args.host.strip():
         raise ValueError("--host must name an interface, e.g. 127.0.0.1 (this machine only) or 0.0.0.0 (every one).")
     if args.write_space is not None:
+        if args.compare is not None:
+            raise ValueError("--compare is for the page served here: --write-space writes a Space for one model.")
         from .demo import DEFAULT_REQUIREMENT, write_space
 
         path = write_space(
@@ -384,6 +387,8 @@ def cmd_demo(args) -> int:
     if args.requirement is not None:
         raise ValueError("--requirement is for --write-space (the Space's requirements.txt).")
     check_model_location(args.model)  # before gradio, torch and the weights are loaded
+    if args.compare is not None:
+        check_model_location(args.compare, option="--compare")
     import os
 
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
@@ -391,13 +396,22 @@ def cmd_demo(args) -> int:
         import gradio  # noqa: F401
     except ImportError:
         raise ValueError("the demo needs gradio: pip install 'vanilla-transformer[demo]'") from None
-    from .demo import build_demo, launch_demo
+    from .demo import build_demo, launch_demo, vocabulary_difference
     from .loading import load_model
 
-    model, tokenizer = load_model(
-        args.model, revision=args.revision, device=args.device, trust_remote_code=args.trust_remote_code
-    )
-    blocks = build_demo(model, tokenizer, model_name=args.model)
+    options = dict(revision=args.revision, device=args.device, trust_remote_code=args.trust_remote_code)
+    model, tokenizer = load_model(args.model, **options)
+    compare = None
+    if args.compare is not None:
+        model_b, tokenizer_b = load_model(args.compare, **options)
+        difference = vocabulary_difference(tokenizer, tokenizer_b)
+        if difference:
+            raise ValueError(
+                f"--compare {args.compare!r} has another vocabulary than --model {args.model!r} ({difference}): the "
+                "two models must share one tokenizer to translate the same tokens."
+            )
+        compare = (model_b, tokenizer_b, args.compare)
+    blocks = build_demo(model, tokenizer, model_name=args.model, compare=compare)
     launch_demo(blocks, host=args.host, port=args.port or None, share=args.share)
     return 0
 
@@ -621,6 +635,13 @@ def add_demo_parser(commands) -> None:
         required=True,
         metavar="PATH_OR_REPO",
         help="checkpoint directory or Hub repo id (with its tokenizer); with --write-space a Hub repo id",
+    )
+    d.add_argument(
+        "--compare",
+        default=None,
+        metavar="PATH_OR_REPO",
+        help="a second model shown beside --model (e.g. the averaged model of the same run), loaded with the same "
+        "--device, --revision and --trust-remote-code; it must have --model's vocabulary",
     )
     d.add_argument("--host", default="127.0.0.1", help="interface to serve on (default 127.0.0.1: this machine only)")
     d.add_argument("--port", type=int, default=7860, help="port (default 7860; 0 = the first free one from 7860 up)")

@@ -2,6 +2,7 @@
 
     vanilla-transformer demo --model runs/en-de            # http://127.0.0.1:7860
     vanilla-transformer demo --model your-name/transformer-en-de --write-space space/
+    vanilla-transformer demo --model runs/en-de --compare runs/en-de/averaged   # two models side by side
 
 See docs/demo.md for what each view shows. The page has five views of one translation, all read from one call of
 `attention_figures.attention_weights` (the same function as the `attention` figures, so the page and the figures
@@ -18,6 +19,9 @@ cannot disagree):
     recorded at each step (`StepRecorder`), so they are those of the very search that made the translation;
   * a word alignment: each target word linked to the source word its cross-attention (one layer, mean of the
     heads, summed over the subwords of each word) weighs most.
+
+With a second model (`build_demo(..., compare=...)`) the page translates with both and shows each view of the two
+translations side by side, each built by the same functions as for one model.
 
 This module's functions return data and HTML and need no browser; `build_demo` wires them into Gradio, imported
 only there (the `demo` extra: pip install 'vanilla-transformer[demo]').
@@ -567,33 +571,111 @@ def _layer(value, weights: AttentionWeights) -> int:
     return layer if -weights.cross.shape[0] <= layer < weights.cross.shape[0] else -1
 
 
-def build_demo(model, tokenizer, *, model_name: str = "model"):
+def vocabulary_difference(tokenizer, other) -> str:
+    """An empty string when `other` has `tokenizer`'s vocabulary (the same token at every id), else what differs."""
+    first, second = tokenizer.get_vocab(), other.get_vocab()
+    if first == second:
+        return ""
+    if len(first) != len(second):
+        return f"{len(second):,} tokens where the first has {len(first):,}"
+    differing = sorted(token for token, index in second.items() if first.get(token) != index)
+    return f"{len(differing):,} of its {len(second):,} tokens differ from the first's, e.g. {differing[0]!r}"
+
+
+def compare_for_page(sides, text, mode, num_beams, length_penalty, temperature, top_k, top_p, seed, *layers):
+    """The page's handler for the models `sides` ([(model, tokenizer, name), ...], one `layers` value each): each
+    model's `translate_for_page` outputs, grouped by output: (translation of each model, the notice, each model's
+    cross-attention, ..., each model's alignment, each model's weights). For one model, `translate_for_page`'s."""
+    controls = (mode, num_beams, length_penalty, temperature, top_k, top_p, seed)
+    outputs = [
+        translate_for_page(model, tokenizer, text, *controls, layer)
+        for (model, tokenizer, _), layer in zip(sides, layers, strict=True)
+    ]
+    by_output = list(zip(*outputs))  # one tuple per output: its value for each model
+    notices = by_output[1]
+    notice = notices[0]
+    if any(n != notice for n in notices):  # one model's own trouble (a failure), told with its name
+        notice = "\n\n".join(f"**{html.escape(name)}**: {n}" for (*_, name), n in zip(sides, notices) if n)
+    return (*by_output[0], notice, *(value for values in by_output[2:] for value in values))
+
+
+def build_demo(model, tokenizer, *, model_name: str = "model", compare: tuple | None = None):
     """The Gradio Blocks of the page for `model` (not launched: `launch_demo` does, with the theme and CSS).
     The model is switched to eager attention once, so that `attention_weights` need not switch it per request
-    (which concurrent requests would race on)."""
+    (which concurrent requests would race on).
+
+    `compare=(model_b, tokenizer_b, name_b)`: the page translates with both models (each with its own generation
+    config by default; the decoding controls apply to both) and shows the two translations and, in every view, the
+    two models' views side by side, each column headed by its model's name. `tokenizer_b` must have `tokenizer`'s
+    vocabulary (ValueError otherwise)."""
     gr = import_gradio()
-    if model.config._attn_implementation != "eager":
-        model.set_attn_implementation("eager")
-    model.eval()
+    sides = [(model, tokenizer, model_name)]
+    if compare is not None:
+        model_b, tokenizer_b, name_b = compare
+        difference = vocabulary_difference(tokenizer, tokenizer_b)
+        if difference:
+            raise ValueError(
+                f"the model to compare, {name_b!r}, has another vocabulary than {model_name!r} ({difference}): "
+                "both must read the visitor's sentence as the same tokens."
+            )
+        sides.append((model_b, tokenizer_b, name_b))
+    for side, _, _ in sides:
+        if side.config._attn_implementation != "eager":
+            side.set_attn_implementation("eager")
+        side.eval()
     config = model.generation_config
-    layers = model.config.decoder_layers
+    names = [name for _, _, name in sides]
+    suffixes = [""] if len(sides) == 1 else ["-a", "-b"]
 
     def handler(*inputs):
-        return translate_for_page(model, tokenizer, *inputs)
+        return compare_for_page(sides, *inputs)
 
     def realign(weights, layer):
         if weights is None:
             return ""
         return alignment_html(weights, _layer(layer, weights))
 
-    with gr.Blocks(title=f"vanilla-transformer: {model_name}", analytics_enabled=False) as demo:
-        gr.Markdown(
-            f"## {html.escape(model_name)}\nThe Transformer of *Attention Is All You Need*: type a sentence, "
-            "translate it, and look at what the model attended to."
+    def side_by_side(make) -> list:
+        """`make(index, suffix)` for each model: as is for one model, else in columns headed by the models' names."""
+        if len(sides) == 1:
+            return [make(0, "")]
+        made = []
+        with gr.Row(equal_height=False):
+            for index, (name, suffix) in enumerate(zip(names, suffixes)):
+                with gr.Column(min_width=0):
+                    gr.Markdown(f"**{html.escape(name)}**", elem_classes="vt-model-name")
+                    made.append(make(index, suffix))
+        return made
+
+    def alignment_column(index, suffix):
+        layers = sides[index][0].config.decoder_layers
+        layer = gr.Dropdown(
+            [(f"layer {i}", i) for i in range(layers)],
+            value=layers - 1,
+            label="Cross-attention layer",
+            elem_id=f"vt-layer{suffix}" if suffix else None,
         )
+        return layer, gr.HTML(elem_id=f"vt-alignment-view{suffix}")
+
+    title = " vs ".join(names)
+    heading = (
+        "type a sentence, translate it, and look at what the model attended to."
+        if len(sides) == 1
+        else "type a sentence, translate it with both models, and compare what each attended to."
+    )
+    with gr.Blocks(title=f"vanilla-transformer: {title}", analytics_enabled=False) as demo:
+        gr.Markdown(f"## {html.escape(title)}\nThe Transformer of *Attention Is All You Need*: {heading}")
         with gr.Row():
             source = gr.Textbox(label="Source", lines=3, elem_id="vt-source", placeholder="A man is riding a bicycle.")
-            translation = gr.Textbox(label="Translation", lines=3, elem_id="vt-translation", interactive=False)
+            translations = [
+                gr.Textbox(
+                    label="Translation" if len(sides) == 1 else f"Translation: {name}",
+                    lines=3,
+                    elem_id=f"vt-translation{suffix}",
+                    interactive=False,
+                )
+                for name, suffix in zip(names, suffixes)
+            ]
         notice = gr.Markdown(elem_id="vt-notice")
         with gr.Row():
             mode = gr.Radio(list(DECODINGS), value="model default", label="Decoding", elem_id="vt-mode")
@@ -607,26 +689,24 @@ def build_demo(model, tokenizer, *, model_name: str = "model"):
                 top_k = gr.Slider(0, 100, value=0, step=1, label="Top-k (0 = off)")
                 top_p = gr.Slider(0.05, 1.0, value=1.0, step=0.05, label="Top-p")
                 seed = gr.Number(value=0, precision=0, label="Seed")
-        weights = gr.State(None)
+        weights = [gr.State(None) for _ in sides]
         with gr.Tabs():
             with gr.Tab("Cross-attention", elem_id="vt-tab-cross"):
-                cross = gr.HTML(elem_id="vt-cross-view")
+                cross = side_by_side(lambda _, suffix: gr.HTML(elem_id=f"vt-cross-view{suffix}"))
             with gr.Tab("Encoder self-attention", elem_id="vt-tab-encoder"):
-                encoder = gr.HTML(elem_id="vt-encoder-view")
+                encoder = side_by_side(lambda _, suffix: gr.HTML(elem_id=f"vt-encoder-view{suffix}"))
             with gr.Tab("Decoder self-attention", elem_id="vt-tab-decoder"):
-                decoder = gr.HTML(elem_id="vt-decoder-view")
+                decoder = side_by_side(lambda _, suffix: gr.HTML(elem_id=f"vt-decoder-view{suffix}"))
             with gr.Tab("Decoding steps", elem_id="vt-tab-steps"):
-                steps = gr.HTML(elem_id="vt-steps-view")
+                steps = side_by_side(lambda _, suffix: gr.HTML(elem_id=f"vt-steps-view{suffix}"))
             with gr.Tab("Word alignment", elem_id="vt-tab-alignment"):
-                layer = gr.Dropdown(
-                    [(f"layer {i}", i) for i in range(layers)], value=layers - 1, label="Cross-attention layer"
-                )
-                alignment = gr.HTML(elem_id="vt-alignment-view")
-        inputs = [source, mode, beams, penalty, temperature, top_k, top_p, seed, layer]
-        outputs = [translation, notice, cross, encoder, decoder, steps, alignment, weights]
+                layers, alignments = zip(*side_by_side(alignment_column))
+        inputs = [source, mode, beams, penalty, temperature, top_k, top_p, seed, *layers]
+        outputs = [*translations, notice, *cross, *encoder, *decoder, *steps, *alignments, *weights]
         button.click(handler, inputs, outputs, api_name="translate")
         source.submit(handler, inputs, outputs, api_name=False)
-        layer.change(realign, [weights, layer], alignment, api_name=False)
+        for state, layer, alignment in zip(weights, layers, alignments):
+            layer.change(realign, [state, layer], alignment, api_name=False)
     demo.queue(default_concurrency_limit=CONCURRENCY, max_size=QUEUE_SIZE)
     return demo
 
@@ -725,11 +805,13 @@ __all__ = [
     "alignment_html",
     "attention_html",
     "build_demo",
+    "compare_for_page",
     "decoding_steps",
     "launch_demo",
     "prepare_source",
     "run_translation",
     "steps_html",
+    "vocabulary_difference",
     "word_alignment",
     "write_space",
 ]
