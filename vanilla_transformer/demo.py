@@ -352,7 +352,7 @@ def attention_html(weights: AttentionWeights, kind: str) -> str:
         ]
         panels.append(heatmap_html(tensor[layer].mean(dim=0), rows, columns, kind=kind, layer=layer, head="mean"))
         grid.append(f"<div class=vt-layer>{''.join(panels)}</div>")
-    return f'<div class=vt-grid id="vt-{kind}"><p class=vt-legend>{_e(legend)} Hover a cell for its weight.{note}</p>{"".join(grid)}</div>'
+    return f'<div class="vt-grid vt-{kind}"><p class=vt-legend>{_e(legend)} Hover a cell for its weight.{note}</p>{"".join(grid)}</div>'
 
 
 def _hypothesis(tokens: list[str]) -> str:
