@@ -675,13 +675,22 @@ own = [len(b) for b in t.TokenBatchSampler.from_dataset(corpus["train"], 400, se
                                                          pad_to_multiple_of=trainer.args.pad_to_multiple_of)]
 trainer.train()
 
+# 1b. The cool-down planned in the time left, with the same disagreeing clocks (10 minutes, lr_cooldown 0.3): alone,
+# rank 0 would plan updates 7 to 10 and rank 1 updates 5 to 6; both must plan the main process's.
+limit = t.TimeLimit(10, clock=t.fake_clock(60 if rank == 0 else 90))
+planned = t.make_trainer(work + "/planned", t.tiny_model(tok), tok, corpus, [limit, t.CooldownPlanner(limit)],
+                         max_steps=50, warmup_steps=3, lr_cooldown=0.3)
+planned.train()
+cooldown = [planned.lr_scheduler.cooldown_start, planned.lr_scheduler.cooldown_end, planned.state.global_step]
+
 # 2. Evaluation on 30 sentences in batches of 10: 3 batches for 2 processes.
 model = VanillaTransformerForConditionalGeneration.from_pretrained(work + "/model")
 evaluator = t.make_trainer(work + "/eval", model, tok, {{**corpus, "validation": corpus["train"].select(range(30))}},
                            per_device_eval_batch_size=10, generation_max_length=20)
 scored = t.record_scored_sentences(evaluator)
 metrics = evaluator.evaluate()
-json.dump({{"steps": trainer.state.global_step, "eval": metrics, "scored": scored, "batches": batches, "own": own}},
+json.dump({{"steps": trainer.state.global_step, "eval": metrics, "scored": scored, "batches": batches, "own": own,
+           "cooldown": cooldown}},
           open(f"{{work}}/rank{{rank}}.json", "w"))
 """
 
@@ -738,6 +747,8 @@ def test_two_processes_stop_at_the_same_step_and_evaluate_each_sentence_once(tmp
     assert sum(ranks[0]["own"]) + sum(ranks[1]["own"]) >= len(corpus["train"])  # together: the whole epoch
     # Rank 0's clock decides for both: over after update 3 (180 s > 150 s), where rank 1's alone says update 2.
     assert [r["steps"] for r in ranks] == [3, 3]
+    # The cool-down plan is the main process's on both (its clock: updates 7 to 10, then the run ends).
+    assert [r["cooldown"] for r in ranks] == [[7, 10, 10], [7, 10, 10]]
     assert sorted(os.listdir(tmp_path / "limited")) == ["checkpoint-3"]
     for r in ranks:  # each process scores the 30 sentences once, in order, as one process does
         assert r["scored"] == scored

@@ -4,8 +4,9 @@ here, are sized in hours.
 
 The processes of a data-parallel run must act at the same step: one that stopped a step early would wait in the
 checkpoint's collectives while the others wait in the next step's gradient all-reduce, and the run would hang. Their
-clocks are not the same, so the main process's clock decides, and its decision is broadcast to the others after every
-update (one tiny collective, next to the all-reduce of every gradient).
+clocks are not the same, so the main process's clock decides: `TimeLimit` broadcasts its reading to the others after
+every update (one tiny collective, next to the all-reduce of every gradient), and every decision here is computed
+from that shared reading, the same on every process.
 """
 
 from __future__ import annotations
@@ -49,9 +50,11 @@ class TimeLimit(TrainerCallback):
         self.elapsed = 0.0
 
     def on_step_end(self, args, state, control, **kwargs):
-        self.elapsed = self.clock() - self.started
-        # The main process decides for all.
-        if broadcast(torch.tensor([int(self.elapsed >= self.seconds)], device=args.device), 0).item():
+        elapsed = self.clock() - self.started
+        if args.world_size > 1:  # the main process's clock, for all
+            elapsed = broadcast(torch.tensor([elapsed], dtype=torch.float64, device=args.device), 0).item()
+        self.elapsed = elapsed
+        if self.elapsed >= self.seconds:
             logger.info(
                 "Time limit of %.1f minutes reached at step %d: saving and stopping.",
                 self.seconds / 60,
@@ -81,6 +84,7 @@ class CooldownPlanner(TrainerCallback):
         if not (fraction and isinstance(lr_scheduler, NoamLR)):
             return control
         scheduler, step = lr_scheduler, state.global_step
+        # The limit's reading is the main process's on every process: the plan below is the same everywhere.
         elapsed, seconds = self.limit.elapsed, self.limit.seconds
         end, rate = 0, 0.0  # where the cool-down should end (0: not now)
         if self._mark is None and elapsed >= (1 - 2 * fraction) * seconds:
@@ -92,7 +96,6 @@ class CooldownPlanner(TrainerCallback):
             since, first = self._mark if self._mark[0] < elapsed else (0.0, 0)
             rate = (step - first) / (elapsed - since) if elapsed > since else 0.0
             end = step + max(int((seconds - elapsed) * rate), 1)
-        end = broadcast(torch.tensor([end], device=args.device), 0).item()  # the main process decides for all
         if end and (scheduler.cooldown_end is None or end < scheduler.cooldown_end):
             scheduler.set_cooldown(step, end)
             logger.info(
