@@ -202,6 +202,26 @@ class RunArguments:
             raise ValueError(f"`max_train_minutes` must be positive, got {self.max_train_minutes!r}.")
 
 
+TRUE_WORDS, FALSE_WORDS = ("true", "yes", "1"), ("false", "no", "0")
+
+
+def resolve_bf16(value, fp16: bool, device_type: str) -> tuple[bool, str]:
+    """(bfloat16 on, why) for a `bf16` of True/False, "true"/"false" or "auto" (on where `device_type` has bfloat16
+    natively, unless fp16 is asked for): the one rule behind `VanillaTrainingArguments.bf16` and the choice of a
+    preset's `cpu_float32` options."""
+    if isinstance(value, str):
+        word = value.strip().lower()
+        if word == "auto":
+            if fp16:
+                return False, "fp16 asked for"
+            native, reason = bf16_support(device_type)
+            return native, f"bf16=auto: {reason}"
+        if word not in TRUE_WORDS + FALSE_WORDS:
+            raise ValueError(f"`bf16` must be true, false or auto, got {value!r}.")
+        value = word in TRUE_WORDS
+    return bool(value), "bf16 asked for" if value else ("fp16 asked for" if fp16 else "float32")
+
+
 @dataclass
 class VanillaTrainingArguments(Seq2SeqTrainingArguments):
     """`Seq2SeqTrainingArguments` with the paper's defaults (section 5) and the recipe's own fields.
@@ -338,24 +358,12 @@ class VanillaTrainingArguments(Seq2SeqTrainingArguments):
         check_positive_int("pad_to_multiple_of", self.pad_to_multiple_of, allow_none=True)
 
     def _resolve_bf16(self) -> None:
-        """`bf16` as a bool (the Trainer's type), from True/False, "true"/"false" or "auto"; `precision_reason` says
-        why, for the log and results.json. Runs before the Trainer's own `__post_init__`, which reads `bf16`."""
-        value = self.bf16
-        if isinstance(value, str):
-            word = value.strip().lower()
-            if word == "auto":
-                if self.fp16:
-                    self.bf16, self.precision_reason = False, "fp16 asked for"
-                    return
-                native, reason = bf16_support(self._training_device_type())
-                self.bf16, self.precision_reason = native, f"bf16=auto: {reason}"
-                return
-            if word not in ("true", "false", "yes", "no", "1", "0"):
-                raise ValueError(f"`bf16` must be true, false or auto, got {value!r}.")
-            value = word in ("true", "yes", "1")
-        self.bf16 = bool(value)
-        self.precision_reason = "bf16 asked for" if self.bf16 else ("fp16 asked for" if self.fp16 else "float32")
-        if self.bf16:
+        """`bf16` as a bool (the Trainer's type), from True/False, "true"/"false" or "auto" (`resolve_bf16`);
+        `precision_reason` says why, for the log and results.json. Runs before the Trainer's own `__post_init__`,
+        which reads `bf16`."""
+        asked = self.bf16
+        self.bf16, self.precision_reason = resolve_bf16(asked, self.fp16, self._training_device_type())
+        if self.bf16 and not (isinstance(asked, str) and asked.strip().lower() == "auto"):
             native, reason = bf16_support(self._training_device_type())
             if not native:
                 logger.warning("bf16 asked for, but %s.", reason)
@@ -540,13 +548,15 @@ def build_parser(show_all: bool = False) -> ArgumentParser:
     general = parser._action_groups[1]  # argparse's "options": -h and VanillaTrainingArguments' fields
     parser.add_argument("--config", default=None, metavar="PRESET", help="A shipped preset by name, or a JSON file.")
     parser.add_argument("--help-all", action="store_true", help="Show the Trainer's other options too, and exit.")
-    by_dest = {action.dest: action for action in general._group_actions}
+    by_dest = {}
+    for action in parser._actions:  # the first action of each destination (`--plots`, not `--no_plots`)
+        by_dest.setdefault(action.dest, action)
     first_own = parser._action_groups.index(general) + 1
     # Regroup the Trainer's actions for display (argparse keeps the groups' lists in these private attributes).
     for position, (title, names) in enumerate(HELP_GROUPS.items()):
         group = parser.add_argument_group(title)
         for name in names:
-            action = by_dest.get(name) or next(a for a in parser._actions if a.dest == name)
+            action = by_dest[name]
             for other in parser._action_groups:
                 if action in other._group_actions:
                     other._group_actions.remove(action)
@@ -591,28 +601,22 @@ def given_options(argv: list[str]) -> set[str]:
     return {a[2:].split("=", 1)[0].replace("-", "_") for a in argv if a.startswith("--") and len(a) > 2}
 
 
-def _flag(value, default) -> bool | str:
-    if value is None:
-        return default
-    return value if isinstance(value, bool) else str(value).strip().lower()
-
-
 def trains_in_float32_on_cpu(bf16, fp16, use_cpu) -> bool:
-    """Whether the run trains in float32 on a CPU, from the raw `bf16` (true/false/auto), `fp16` and `use_cpu` (the
-    decision `VanillaTrainingArguments` makes, taken before the arguments are built)."""
-    on = ("true", "yes", "1", True)
-    device = VanillaTrainingArguments._training_device_type(SimpleNamespace(use_cpu=use_cpu in on))
-    if device != "cpu" or fp16 in on:
-        return False
-    return not (bf16 in on or (bf16 == "auto" and bf16_support("cpu")[0]))
+    """Whether the run trains in float32 on a CPU, from the raw `bf16` (true/false/auto), `fp16` and `use_cpu` of the
+    command line or preset, before the arguments are built (the decision `VanillaTrainingArguments` makes)."""
+    fp16, use_cpu = (str(v).strip().lower() in TRUE_WORDS for v in (fp16, use_cpu))
+    device = VanillaTrainingArguments._training_device_type(SimpleNamespace(use_cpu=use_cpu))
+    return device == "cpu" and not fp16 and not resolve_bf16(bf16, fp16, device)[0]
 
 
-def _precision_options(argv: list[str], defaults: dict) -> tuple:
+def _preparse(argv: list[str]) -> argparse.Namespace:
+    """`--config` and the precision options, read before the real parse: the preset gives the parser's defaults, and
+    the precision decides whether its `cpu_float32` options apply. None where not given."""
     pre = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    pre.add_argument("--config", default=None)
     for name in ("bf16", "fp16", "use_cpu"):
-        pre.add_argument(f"--{name}", nargs="?", const="true", default=defaults.get(name))
-    known = pre.parse_known_args(argv)[0]
-    return _flag(known.bf16, "false"), _flag(known.fp16, "false"), _flag(known.use_cpu, defaults["use_cpu"])
+        pre.add_argument(f"--{name}", nargs="?", const="true", default=None)
+    return pre.parse_known_args(argv)[0]
 
 
 def parse_args(argv: list[str] | None = None):
@@ -622,13 +626,14 @@ def parse_args(argv: list[str] | None = None):
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser(show_all="--help-all" in argv)
     known = {a.dest for a in parser._actions} - {"help", "config", "help_all"}
-    pre = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
-    pre.add_argument("--config", default=None)
-    config = pre.parse_known_args(argv)[0].config
-    preset, cpu_float32 = read_preset(config, known) if config else ({}, {})
+    given = _preparse(argv)
+    preset, cpu_float32 = read_preset(given.config, known) if given.config else ({}, {})
     parser.set_defaults(**preset)
-    defaults = {**preset, "use_cpu": parser.get_default("use_cpu")}
-    if cpu_float32 and trains_in_float32_on_cpu(*_precision_options(argv, defaults)):
+    precision = [
+        value if value is not None else parser.get_default(name)
+        for name, value in (("bf16", given.bf16), ("fp16", given.fp16), ("use_cpu", given.use_cpu))
+    ]
+    if cpu_float32 and trains_in_float32_on_cpu(*precision):
         parser.set_defaults(**cpu_float32)  # the command line still wins
     else:
         cpu_float32 = {}
