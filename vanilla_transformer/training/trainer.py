@@ -471,9 +471,12 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
             epoch_iterator = (self._maybe_reverse(batch, i) for i, batch in enumerate(epoch_iterator))
         return super().get_batch_samples(epoch_iterator, num_batches, device)
 
+    def _update_seed(self, micro_batch: int, *stream: int) -> int:
+        """`augment.update_seed` of this update, micro-batch and process (`stream` 2: the reversal)."""
+        return update_seed(self.args.seed, self.state.global_step, micro_batch, self.args.process_index, *stream)
+
     def _maybe_reverse(self, batch: dict, micro_batch: int) -> dict:
-        seed = update_seed(self.args.seed, self.state.global_step, micro_batch, self.args.process_index, 2)
-        return maybe_reverse(batch, seed, self.processing_class.pad_token_id)
+        return maybe_reverse(batch, self._update_seed(micro_batch, 2), self.processing_class.pad_token_id)
 
     def _split_subwords(self, batch: dict, micro_batch: int) -> dict:
         if self._merge_tree is None:
@@ -484,9 +487,7 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
             *self._merge_tree,
             self.args.subword_split,
             pad_token_id=self.processing_class.pad_token_id,
-            generator=torch.Generator().manual_seed(
-                update_seed(self.args.seed, self.state.global_step, micro_batch, self.args.process_index)
-            ),
+            generator=torch.Generator().manual_seed(self._update_seed(micro_batch)),
             max_length=getattr(config, "max_position_embeddings", None),
             pad_to_multiple_of=self.args.pad_to_multiple_of,
         )
