@@ -479,3 +479,8 @@ def test_score_prints_sacrebleu_and_the_papers_tokenized_bleu(tmp_path, capsys):
         "vanilla-transformer score: error: --hypotheses has 1 lines and --references 2: line i of one must be the "
         "translation of line i of the other."
     )
+    # A missing file is named by its own flag.
+    assert main(["score", "--hypotheses", str(tmp_path / "none.de"), "--references", str(tmp_path / "ref.de")]) == 2
+    assert capsys.readouterr().err.startswith(
+        f"vanilla-transformer score: error: --hypotheses '{tmp_path / 'none.de'}'"
+    )

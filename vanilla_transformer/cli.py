@@ -75,8 +75,9 @@ def unrecognized(parser: argparse.ArgumentParser, extras: list[str]) -> str:
 # ------------------------------------------------------------------------------------------------ translate
 
 
-def read_lines(source: str) -> list[str]:
-    """The lines of `source` ("-" = stdin) decoded as UTF-8, split on "\\n" only, trailing "\\r" removed."""
+def read_lines(source: str, option: str = "--input") -> list[str]:
+    """The lines of `source` ("-" = stdin) decoded as UTF-8, split on "\\n" only, trailing "\\r" removed; errors
+    name `option`, the flag that gave `source`."""
     if source == "-":
         data = sys.stdin.buffer.read() if hasattr(sys.stdin, "buffer") else sys.stdin.read().encode("utf-8")
         name = "standard input"
@@ -84,14 +85,14 @@ def read_lines(source: str) -> list[str]:
         path = Path(source)
         if not path.is_file():
             raise ValueError(
-                f"--input {source!r} is not a file: pass a text file with one sentence per line, or '-' "
-                f"(the default) to read standard input."
+                f"{option} {source!r} is not a file: pass a text file with one sentence per line, or '-' to read "
+                f"standard input."
             )
         data, name = path.read_bytes(), source
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as error:
-        raise ValueError(f"--input {name} is not UTF-8 ({error}): convert it, e.g. `iconv -t UTF-8`.") from None
+        raise ValueError(f"{option} {name} is not UTF-8 ({error}): convert it, e.g. `iconv -t UTF-8`.") from None
     if text.startswith("\ufeff"):  # a byte-order mark is not part of the first sentence
         text = text[1:]
     if not text:
@@ -347,7 +348,10 @@ def cmd_attention(args) -> int:
 def cmd_score(args) -> int:
     """BLEU of a translation file against its references: sacreBLEU (the figure this package reports), and with
     `--lang` the paper's tokenized, compound-split BLEU (Table 2's method) beside it."""
-    hypotheses, references = read_lines(args.hypotheses), read_lines(args.references)
+    hypotheses, references = (
+        read_lines(args.hypotheses, "--hypotheses"),
+        read_lines(args.references, "--references"),
+    )
     if len(hypotheses) != len(references):
         raise ValueError(
             f"--hypotheses has {len(hypotheses)} lines and --references {len(references)}: line i of one must be "

@@ -1,6 +1,6 @@
 """Load a model and its tokenizer for a command (`translate`, `attention`, `export ctranslate2`, the benchmarks).
 
-`load_model(MODEL)` takes a checkpoint directory (train.py's `--output_dir`, `averaged/`, a `checkpoint-N`, any
+`load_model(MODEL)` takes a checkpoint directory (`vanilla-transformer train`'s `--output_dir`, `averaged/`, a `checkpoint-N`, any
 `save_pretrained` directory with the tokenizer beside the model) or a Hub repo id, and returns the model on the
 chosen device in eval mode with its tokenizer. Before transformers is asked, `check_model_location` tells apart the
 mistakes a person makes with a directory, each with its own one-line message naming the option: a path that does not
@@ -50,7 +50,7 @@ def check_model_location(model: str, option: str = "--model") -> None:
     if not path.exists():
         if looks_like_a_path(model):
             raise ValueError(
-                f"{option} {model!r} could not be loaded: no such directory. Pass a directory written by train.py "
+                f"{option} {model!r} could not be loaded: no such directory. Pass a directory written by `vanilla-transformer train` "
                 f"or `save_pretrained`, or a Hub repo id 'namespace/name'."
             )
         return  # a Hub repo id: transformers looks it up
@@ -68,7 +68,7 @@ def check_model_location(model: str, option: str = "--model") -> None:
         held = ", ".join(contents[:8]) + (", ..." if len(contents) > 8 else "") if contents else "nothing"
         raise ValueError(
             f"{option} {model!r} holds no model (no {CONFIG_FILE}; it holds {held}): pass a directory written by "
-            f"train.py (once it has saved a model) or `save_pretrained`."
+            f"`vanilla-transformer train` (once it has saved a model) or `save_pretrained`."
         )
     # A sentencepiece model (*.model) or a vocabulary file is a tokenizer of another kind that transformers loads.
     if not (path / TOKENIZER_FILE).is_file() and not any(path.glob("*.model")) and not any(path.glob("vocab.*")):
@@ -88,7 +88,7 @@ def _cannot_load(model: str, error: Exception, option: str = "--model") -> Value
         )
     return ValueError(
         f"{option} {model!r} could not be loaded ({type(error).__name__}: {error}): pass a directory written by "
-        f"train.py or `save_pretrained` (with the tokenizer saved beside the model), or a Hub repo id such as "
+        f"`vanilla-transformer train` or `save_pretrained` (with the tokenizer saved beside the model), or a Hub repo id such as "
         f"'your-name/transformer-en-de' (with --revision for a branch)."
     )
 
