@@ -10,7 +10,7 @@ import pytest
 from helpers import read_multi30k, subprocess_env, write_multi30k_subset
 
 from vanilla_transformer import train
-from vanilla_transformer.training.arguments import PRESETS_DIR, parse_args, shipped_presets
+from vanilla_transformer.training.arguments import PRESETS_DIR, default_recipe, parse_args, shipped_presets
 
 
 REFERENCE = Path(__file__).resolve().parent / "data" / "reference_losses.json"
@@ -160,6 +160,11 @@ def test_an_optional_number_is_set_back_to_none_from_the_command_line(tmp_path):
     assert (training_args.max_tokens, training_args.per_device_train_batch_size) == (None, 16)
 
 
+OWN_DATA = "<!-- own-data-command -->"
+# Multi30k's split for each of the README command's split flags.
+MULTI30K_SPLITS = {"train": "train", "validation": "val", "test": "test_2016_flickr"}
+
+
 def _readme_command(marker: str) -> list[str]:
     """The command in README.md's code block after `marker`, as arguments after `vanilla-transformer train`."""
     text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
@@ -170,22 +175,113 @@ def _readme_command(marker: str) -> list[str]:
     return words[2:]
 
 
+def _set(argv: list[str], **values) -> list[str]:
+    """`argv` with the values of the flags named replaced (each flag must be in it: only what it says is changed)."""
+    argv = list(argv)
+    for name, value in values.items():
+        argv[argv.index(f"--{name}") + 1] = str(value)
+    return argv
+
+
+def _write_tables(argv: list[str], langs: tuple[str, str], sizes: dict[str, int | None]) -> None:
+    """Multi30k's `langs` pairs as the README's tables, in the directory `--dataset` names: `{split}.tsv` for each of
+    the command's split names, a header row of its `--src_column` / `--tgt_column`, the first `sizes[flag]` pairs
+    (None: all)."""
+    corpus = Path(argv[argv.index("--dataset") + 1])
+    corpus.mkdir(parents=True)
+    src, tgt = argv[argv.index("--src_column") + 1], argv[argv.index("--tgt_column") + 1]
+    for flag, n in sizes.items():
+        split = MULTI30K_SPLITS[flag]
+        pairs = zip(read_multi30k(f"{split}.{langs[0]}.gz", n), read_multi30k(f"{split}.{langs[1]}.gz", n))
+        (corpus / f"{argv[argv.index(f'--{flag}_split') + 1]}.tsv").write_text(
+            f"{src}\t{tgt}\n" + "".join(f"{a}\t{b}\n" for a, b in pairs), encoding="utf-8"
+        )
+
+
 def test_the_readmes_own_data_command_runs_as_written(tmp_path, monkeypatch):
     """The README's command for one's own data, on tables with other split names and columns (tab-separated, a
-    header row), in the directory it names; only a tiny model and two updates are added after it (later wins)."""
-    argv = _readme_command("<!-- own-data-command -->")
-    corpus = tmp_path / argv[argv.index("--dataset") + 1]
-    corpus.mkdir()
-    src, tgt = argv[argv.index("--src_column") + 1], argv[argv.index("--tgt_column") + 1]
-    for split, name, n in (("train", "train", 300), ("val", "validation", 20), ("test_2016_flickr", "test", 10)):
-        pairs = zip(read_multi30k(f"{split}.en.gz", n), read_multi30k(f"{split}.de.gz", n))
-        (corpus / f"{argv[argv.index(f'--{name}_split') + 1]}.tsv").write_text(
-            f"{src}\t{tgt}\n" + "".join(f"{a}\t{b}\n" for a, b in pairs)
-        )
+    header row), in the directory it names; only a tiny model and two updates are added after it (later wins). Two
+    updates cannot make a translator."""
+    argv = _readme_command(OWN_DATA)
     monkeypatch.chdir(tmp_path)
+    _write_tables(argv, ("en", "de"), {"train": 300, "validation": 20, "test": 10})
     tiny = ["--d_model", "32", "--layers", "1", "--heads", "2", "--ffn_dim", "64", "--vocab_size", "400"]
     results = train.train([*argv, *tiny, "--max_steps", "2", "--report_to", "none", "--plots", "false"])
     assert (results["src_lang"], results["tgt_lang"]) == ("en", "cs")
     assert results["dataset"]["splits"] == {"train": "train", "validation": "dev", "test": "test"}
     assert results["bleu"]["test"]["sentences"] == 10 and results["dataset"]["train_pairs"] == 300
     assert (tmp_path / argv[argv.index("--output_dir") + 1] / "model.safetensors").is_file()
+    # No --config: the small-corpus recipe, its warm-up fitted to the two updates asked for.
+    recipe = results["training"]["recipe"]
+    assert (
+        recipe["config"] == "own_data_small" and recipe["default"] and recipe["warmup_fitted"]["warmup_steps"][1] == 1
+    )
+
+
+def test_without_config_the_recipe_is_the_multi30k_presets_less_their_data():
+    """The recipe of a run without --config is the evidence of bench/multi30k_search.md: the Multi30k presets' options
+    less what names their data (languages, splits, files, output, the length filter); for a corpus of a million pairs
+    or more, the same with the paper's regularisation."""
+    small, large, multi30k = (
+        json.loads((PRESETS_DIR / f"{name}.json").read_text())
+        for name in ("own_data_small", "own_data_large", "multi30k_en_de_cpu")
+    )
+    data = {"dataset", "src_lang", "tgt_lang", "train_split", "validation_split", "test_split", "output_dir"}
+    assert small == {k: v for k, v in multi30k.items() if k not in data | {"max_length"}}
+    assert {k: v for k, v in large.items() if small[k] != v} == {
+        "label_smoothing_factor": 0.1,
+        "dropout": 0.1,
+        "subword_split": 0.0,
+        "cpu_float32": {"max_tokens": 1024, "warmup_steps": 1600, "save_steps": 200},
+    }
+    assert (default_recipe(), default_recipe(29_000), default_recipe(999_999)) == ("own_data_small",) * 3
+    assert default_recipe(1_000_000) == "own_data_large"
+
+
+@pytest.mark.parametrize("bf16, warmup", [("false", 1600), ("true", 800)], ids=["float32", "bf16"])
+def test_the_default_recipe_fits_its_warm_up_to_the_runs_budget(tmp_path, bf16, warmup):
+    """The recipe's warm-up is sized for its hour (float32 on a CPU: 1,600 of ~8,500 updates). A shorter time limit
+    shrinks it in proportion, a `--max_steps` budget caps it at a fifth; one given on the command line is kept; and
+    `--num_train_epochs` counts (the recipe's max_steps would end the epochs' run otherwise)."""
+
+    def parse(*options, train_pairs=None):
+        argv = ["--output_dir", str(tmp_path / "run"), "--bf16", bf16, "--use_cpu", "true", *options]
+        model_args, _, _, run_args, training_args = parse_args(argv, train_pairs=train_pairs)
+        return model_args, run_args, training_args
+
+    _, run_args, training_args = parse()
+    assert training_args.recipe == {"config": "own_data_small", "default": True}
+    assert (training_args.max_steps, run_args.max_train_minutes, training_args.warmup_steps) == (100_000, 60, warmup)
+    assert training_args.warmup_fitted is None and run_args.average_last == 10
+    assert (training_args.eval_strategy, training_args.label_smoothing_factor) == ("steps", 0.2)
+    for options, fitted in (
+        (["--max_train_minutes", "10"], round(warmup / 6)),
+        (["--max_train_minutes", "120"], warmup),  # longer than the recipe's hour: its warm-up
+        (["--max_steps", "1000"], 200),
+        (["--max_train_minutes", "none", "--max_steps", "1000"], 200),
+        (["--max_train_minutes", "10", "--warmup_steps", "4000"], 4000),  # the command line's
+    ):
+        training_args = parse(*options)[-1]
+        assert training_args.warmup_steps == fitted, options
+        if fitted in (warmup, 4000):
+            assert training_args.warmup_fitted is None and training_args.lr_factor == 0.7
+            continue
+        # The same peak learning rate, lr_factor * (d_model * warmup_steps)^-0.5, after the shorter warm-up.
+        factor = training_args.lr_factor
+        assert training_args.warmup_fitted == {"warmup_steps": [warmup, fitted], "lr_factor": [0.7, factor]}
+        assert factor / fitted**0.5 == pytest.approx(0.7 / warmup**0.5, rel=1e-5)
+    training_args = parse("--max_train_minutes", "10", "--lr_factor", "1.0")[-1]  # the command line's factor
+    assert (training_args.lr_factor, training_args.warmup_fitted) == (
+        1.0,
+        {"warmup_steps": [warmup, round(warmup / 6)]},
+    )
+    training_args = parse("--num_train_epochs", "5")[-1]
+    assert (training_args.max_steps, training_args.num_train_epochs) == (-1, 5)
+    assert parse("--num_train_epochs", "5", "--max_steps", "7")[-1].max_steps == 7
+    model_args, _, training_args = parse(train_pairs=2_000_000)
+    assert training_args.recipe == {"config": "own_data_large", "default": True}
+    assert (training_args.label_smoothing_factor, model_args.dropout, training_args.subword_split) == (0.1, 0.1, 0.0)
+    # A preset's own warm-up is fitted the same way, for a preset named with --config.
+    training_args = parse("--config", "multi30k_en_de_cpu", "--max_train_minutes", "30")[-1]
+    assert training_args.recipe == {"config": "multi30k_en_de_cpu", "default": False}
+    assert training_args.warmup_steps == warmup // 2

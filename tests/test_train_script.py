@@ -55,6 +55,9 @@ def _args(data_dir, out, *extra):
         "3",
         "--dataloader_num_workers",
         "0",
+        # Float32 on any CPU (the recipe without --config has bf16 "auto"): these runs compare numbers.
+        "--bf16",
+        "false",
         *extra,
     ]
 
@@ -107,13 +110,14 @@ def test_short_training_run_lowers_validation_loss_and_writes_a_loadable_model(d
     assert results["bleu"]["test"]["sentences"] == 20 and "tok:13a" in results["bleu"]["test"]["signature"]
     lower = results["bleu"]["test"]["lowercase"]
     assert "case:lc" in lower["signature"] and lower["score"] >= results["bleu"]["test"]["score"] - 1e-9
-    # What the step ran in, and why (float32 here: no --bf16).
+    # What the step ran in, and why (float32 here: --bf16 false), with the recipe's options for that case (no --config:
+    # the small-corpus recipe).
     assert results["training"]["precision"] == {
         "mixed_precision": "no",
         "reason": "float32",
         "attention": "sdpa",
         "torch_compile": False,
-        "cpu_float32_options": None,  # no config file
+        "cpu_float32_options": json.loads((PRESETS_DIR / "own_data_small.json").read_text())["cpu_float32"],
     }
     # The machine, as the speed figures depend on it: the instruction set torch's kernels use, cores, threads.
     hardware = results["training"]["hardware"]

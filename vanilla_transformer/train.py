@@ -29,10 +29,13 @@ from .checkpoints import last_checkpoint
 from .training.arguments import (
     ARGUMENT_CLASSES,
     CPU_FLOAT32,
+    LARGE_CORPUS,
+    LARGE_CORPUS_RECIPE,
     DataArguments,
     ModelArguments,
     RunArguments,
     TokenizerArguments,
+    default_recipe,
     parse_args,
 )
 
@@ -95,8 +98,14 @@ def _train(argv: list[str] | None) -> dict:
     transformers_logging.set_verbosity_warning()
     set_seed(training_args.seed)
     raw = load_data(data_args)  # checked before anything is written: files, line counts, languages, splits
+    train_pairs = len(raw["train"])
+    if training_args.recipe["default"] and default_recipe(train_pairs) != training_args.recipe["config"]:
+        # No --config, and a corpus of another size than the recipe assumed before the data was read: its recipe.
+        # The data options come from the command line either way, so the data read stays valid.
+        model_args, data_args, tok_args, run_args, training_args = parse_args(argv, train_pairs=train_pairs)
     out_dir = Path(training_args.output_dir)
     prepare_output_dir(out_dir, run_args, training_args)
+    log_recipe(training_args, run_args, train_pairs)
     log_cpu_float32(model_args, data_args, tok_args, run_args, training_args)
     if training_args.push_to_hub:
         # A missing or invalid token, or a namespace the token cannot write to, fails here, before any training.
@@ -125,6 +134,33 @@ def _train(argv: list[str] | None) -> dict:
 
     options = (model_args, data_args, run_args)
     return write_report(trainer, tokenizer, raw, tokenized["train"], options, train_result, train_seconds)
+
+
+def log_recipe(training_args, run_args: RunArguments, train_pairs: int) -> None:
+    """Say which recipe the run trains with when no --config chose one, and a warm-up fitted to the run's budget."""
+    if training_args.recipe["default"]:
+        logger.info(
+            "No --config: the recipe %r, the default for a training split of %s pairs (%r from %s pairs on; "
+            "docs/training.md); options on the command line win over it.",
+            training_args.recipe["config"],
+            f"{train_pairs:,}",
+            LARGE_CORPUS_RECIPE,
+            f"{LARGE_CORPUS:,}",
+        )
+    fitted = training_args.warmup_fitted
+    if fitted:
+        (warmup, to), factor = fitted["warmup_steps"], fitted.get("lr_factor")
+        logger.info(
+            "Warm-up fitted to this run's budget (--max_train_minutes %s, --max_steps %s): %s updates instead of the "
+            "preset's %s%s; --warmup_steps sets it.",
+            run_args.max_train_minutes,
+            training_args.max_steps,
+            f"{to:,}",
+            f"{warmup:,}",
+            f", with --lr_factor {factor[1]:g} instead of {factor[0]:g} for the same peak learning rate"
+            if factor
+            else "",
+        )
 
 
 def log_cpu_float32(model_args, data_args, tok_args, run_args, training_args) -> None:

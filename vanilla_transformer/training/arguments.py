@@ -41,6 +41,44 @@ MODEL_PRESETS = (
 # without native bfloat16, or bf16 off): the hour then holds ~3x fewer updates, and a short run wants other settings.
 CPU_FLOAT32 = "cpu_float32"
 LR_SCHEDULES = ("noam", "trainer")
+# The recipe of a run without --config, by the size of its training split (docs/training.md, "Without --config"):
+# the Multi30k presets' recipe less their data keys for a corpus of that kind of size, the same with the paper's
+# regularisation (label smoothing and dropout 0.1, no subword splitting) from LARGE_CORPUS pairs on.
+SMALL_CORPUS_RECIPE, LARGE_CORPUS_RECIPE = "own_data_small", "own_data_large"
+LARGE_CORPUS = 1_000_000
+# The largest share of a `max_steps` budget that a warm-up the command line did not set takes (`fit_warmup`): the
+# Multi30k presets' float32 warm-up is 1,600 of the ~8,500 updates of their hour (19%).
+WARMUP_SHARE = 0.2
+
+
+def default_recipe(train_pairs: int | None = None) -> str:
+    """The shipped preset a run without --config trains with: `own_data_large` for a training split of LARGE_CORPUS
+    pairs or more, else `own_data_small` (also before the data is read, `train_pairs` None).
+
+    Why the line is there: the Multi30k recipe regularises hard (label smoothing 0.2, dropout 0.15, subword
+    splitting), which the search chose for an hour that passes over its 29,000 pairs ~20-40 times. A run passes over
+    a million pairs a few times at most (the float32 CPU hour holds ~9 million tokens per side, a million pairs ~20-25
+    million), where the paper's values for WMT14's 4.5 million pairs (section 5.4) are the evidence."""
+    return LARGE_CORPUS_RECIPE if train_pairs is not None and train_pairs >= LARGE_CORPUS else SMALL_CORPUS_RECIPE
+
+
+def fit_warmup(warmup: float, minutes: float | None, preset_minutes: float | None, max_steps: int) -> float:
+    """A preset's warm-up (updates) fitted to a run's budget, for a warm-up the command line does not set: scaled by
+    `minutes / preset_minutes` when the run's time limit is shorter than the one the preset's warm-up was chosen for
+    (the Multi30k presets' 60), and at most WARMUP_SHARE of `max_steps` (when positive). A warm-up below 1 (a ratio
+    of `max_steps`, the Trainer's convention) already scales and is returned as it is.
+
+    Why: a warm-up is sized for its run. The float32 recipe's 1,600 updates are a fifth of its hour; a 10-minute run
+    makes ~1,400 updates, and would stop inside that warm-up with a model that cannot have learned. (`parse_args`
+    also scales `lr_factor` by sqrt(fitted / warmup), unless the command line sets it, to keep the schedule's peak.)"""
+    if warmup < 1:
+        return warmup
+    fitted = warmup
+    if minutes and preset_minutes and minutes < preset_minutes:
+        fitted = warmup * minutes / preset_minutes
+    if max_steps > 0:
+        fitted = min(fitted, WARMUP_SHARE * max_steps)
+    return max(1, round(fitted))
 
 
 def check_positive_int(name: str, value, *, allow_none: bool = False, allow_zero: bool = False) -> None:
@@ -539,9 +577,11 @@ def build_parser(show_all: bool = False) -> ArgumentParser:
         prog="vanilla-transformer train",
         usage="vanilla-transformer train [--config PRESET] [--dataset DATA] [--output_dir DIR] [OPTIONS]",
         description="Train the Transformer of 'Attention Is All You Need' with the paper's recipe (section 5) on the "
-        "Hugging Face Trainer. Options given on the command line win over the preset's.",
+        "Hugging Face Trainer. Options given on the command line win over the preset's; without --config the preset "
+        f"is {SMALL_CORPUS_RECIPE} ({LARGE_CORPUS_RECIPE} for a training split of {LARGE_CORPUS:,} pairs or more).",
         epilog="Presets shipped: " + ", ".join(shipped_presets()) + ". `--config PRESET --help` shows the preset's "
-        "values as the defaults. docs/training.md explains every option group.",
+        "values as the defaults (without --config, those of the small-corpus recipe). docs/training.md explains every "
+        "option group.",
         allow_abbrev=False,
         formatter_class=HelpFormatter,
     )
@@ -619,15 +659,20 @@ def _preparse(argv: list[str]) -> argparse.Namespace:
     return pre.parse_known_args(argv)[0]
 
 
-def parse_args(argv: list[str] | None = None):
-    """The five dataclasses from the command line, a preset (`--config`) giving defaults that the command line
-    overrides. Every error is a ValueError whose message names the option in backticks (`as_flags` turns them into
-    flags); `--help` / `--help-all` print and exit."""
+def parse_args(argv: list[str] | None = None, train_pairs: int | None = None):
+    """The five dataclasses from the command line, a preset giving defaults that the command line overrides: the one
+    `--config` names, or without it the recipe for a corpus of `train_pairs` training pairs (`default_recipe`; the
+    small-corpus one while that is unknown). A warm-up the command line does not set is fitted to the run's budget
+    (`fit_warmup`), and `--num_train_epochs` given without `--max_steps` counts (a preset's `max_steps` would
+    override it). Every error is a ValueError whose message names the option in backticks (`as_flags` turns them
+    into flags); `--help` / `--help-all` print and exit."""
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser(show_all="--help-all" in argv)
     known = {a.dest for a in parser._actions} - {"help", "config", "help_all"}
     given = _preparse(argv)
-    preset, cpu_float32 = read_preset(given.config, known) if given.config else ({}, {})
+    on_command_line = given_options(argv)
+    config = given.config or default_recipe(train_pairs)
+    preset, cpu_float32 = read_preset(config, known)
     parser.set_defaults(**preset)
     precision = [
         value if value is not None else parser.get_default(name)
@@ -637,6 +682,8 @@ def parse_args(argv: list[str] | None = None):
         parser.set_defaults(**cpu_float32)  # the command line still wins
     else:
         cpu_float32 = {}
+    if "num_train_epochs" in on_command_line and "max_steps" not in on_command_line:
+        parser.set_defaults(max_steps=-1)  # the Trainer lets a positive max_steps win over the epochs asked for
     if "--help-all" in argv:
         parser.print_help()
         raise SystemExit(0)
@@ -648,7 +695,25 @@ def parse_args(argv: list[str] | None = None):
         raise ValueError(f"unrecognized argument {unknown!r}{did_you_mean(name, flags) or '.'}")
     model_args, data_args, tok_args, run_args, training_args = parsed
     training_args.preset_cpu_float32 = cpu_float32 or None
-    check_combination(given_options(argv) | set(preset) | set(cpu_float32), *parsed)
+    # Which recipe, and why: results.json records it, and `train` chooses again by corpus size once the data is read.
+    training_args.recipe = {"config": config, "default": given.config is None}
+    training_args.warmup_fitted = None
+    if "warmup_steps" not in on_command_line:
+        warmup = training_args.warmup_steps
+        fitted = fit_warmup(
+            warmup, run_args.max_train_minutes, preset.get("max_train_minutes"), training_args.max_steps
+        )
+        if fitted != warmup:
+            training_args.warmup_steps = fitted
+            training_args.warmup_fitted = {"warmup_steps": [warmup, fitted]}
+            if "lr_factor" not in on_command_line:
+                # The same peak after the shorter warm-up: the paper's schedule peaks at lr_factor * (d_model *
+                # warmup_steps)^-0.5, and the Multi30k search found this model worse with a higher peak (a warm-up
+                # of 400 instead of 800 at the same factor: 26.45 against 31.74 validation BLEU at 2,000 updates).
+                factor = round(training_args.lr_factor * math.sqrt(fitted / warmup), 6)
+                training_args.warmup_fitted["lr_factor"] = [training_args.lr_factor, factor]
+                training_args.lr_factor = factor
+    check_combination(on_command_line | set(preset) | set(cpu_float32), *parsed)
     return model_args, data_args, tok_args, run_args, training_args
 
 
