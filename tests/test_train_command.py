@@ -2,6 +2,7 @@
 name, help in groups, and every option, preset and data error as one line naming the flag, with nothing written."""
 
 import json
+import logging
 import subprocess
 import sys
 from pathlib import Path
@@ -201,7 +202,7 @@ def _write_tables(argv: list[str], langs: tuple[str, str], sizes: dict[str, int 
 def test_the_readmes_own_data_command_runs_as_written(tmp_path, monkeypatch):
     """The README's command for one's own data, on tables with other split names and columns (tab-separated, a
     header row), in the directory it names; only a tiny model and two updates are added after it (later wins). Two
-    updates cannot make a translator."""
+    updates cannot make a translator: the run says so in its last line and its results."""
     argv = _readme_command(OWN_DATA)
     monkeypatch.chdir(tmp_path)
     _write_tables(argv, ("en", "de"), {"train": 300, "validation": 20, "test": 10})
@@ -216,6 +217,8 @@ def test_the_readmes_own_data_command_runs_as_written(tmp_path, monkeypatch):
     assert (
         recipe["config"] == "own_data_small" and recipe["default"] and recipe["warmup_fitted"]["warmup_steps"][1] == 1
     )
+    (warning,) = results["warnings"]
+    assert warning.startswith("Not a usable model: after 2 updates its ") and "--max_steps" in warning
 
 
 def test_without_config_the_recipe_is_the_multi30k_presets_less_their_data():
@@ -285,3 +288,29 @@ def test_the_default_recipe_fits_its_warm_up_to_the_runs_budget(tmp_path, bf16, 
     training_args = parse("--config", "multi30k_en_de_cpu", "--max_train_minutes", "30")[-1]
     assert training_args.recipe == {"config": "multi30k_en_de_cpu", "default": False}
     assert training_args.warmup_steps == warmup // 2
+
+
+def test_a_run_stopped_inside_its_warm_up_says_so_last_and_its_card_says_it_is_not_usable(
+    corpus, tmp_path, capsys, monkeypatch, caplog
+):
+    """Three updates of a 100-update warm-up: the run does what it was asked (exit status 0), and its last line, its
+    results.json and its model card say that the model cannot translate, and which flags fix that."""
+    options = ["--dataset", str(corpus), "--output_dir", "run", "--report_to", "none", "--plots", "false"]
+    tiny = ["--d_model", "32", "--layers", "1", "--heads", "2", "--ffn_dim", "64", "--vocab_size", "400"]
+    with caplog.at_level(logging.INFO):
+        status, _ = _run_main(
+            [*options, *tiny, "--max_steps", "3", "--warmup_steps", "100", "--average_last", "0"],
+            capsys,
+            monkeypatch,
+            tmp_path,
+        )
+    assert status == 0
+    results = json.loads((tmp_path / "run" / "results.json").read_text())
+    (line,) = results["warnings"]
+    assert line.startswith("Not a usable model: training stopped after 3 updates, inside its learning-rate warm-up ")
+    assert "of 100 updates" in line and "--max_steps" in line and "--warmup_steps" in line
+    assert f"test BLEU {results['bleu']['test']['score']:.2f}" in line
+    ours = [r for r in caplog.records if r.name.startswith("vanilla_transformer")]
+    assert (ours[-1].levelno, ours[-1].getMessage()) == (logging.WARNING, line)  # the run's last word
+    card = (tmp_path / "run" / "README.md").read_text()
+    assert "> **This is not a usable model.**" in card and f"> {line}" in card

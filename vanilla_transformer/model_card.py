@@ -360,6 +360,7 @@ def render_model_card(
         decoding=results.get("decoding") or {},
         tokenizer=results.get("tokenizer") or {},
         figure=results.get("attention_figure"),
+        not_usable=results.get("warnings"),  # why the run's model cannot translate (training/report.py, not_learned)
     )
     return ModelCard.from_template(card_data, template_path=str(template_path), **context)
 

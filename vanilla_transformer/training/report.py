@@ -27,9 +27,11 @@ from ..modeling_vanilla_transformer import VanillaTransformerForConditionalGener
 from ..precision import cpu_bfloat16_units, cpu_model_name
 from ..translate import translate
 from .arguments import DataArguments, RunArguments
+from .callbacks import TimeLimit
 
 
 logger = logging.getLogger(__name__)
+MIN_BLEU = 1.0  # below it, a model does not translate (`not_learned`)
 
 
 def write_report(trainer, tokenizer, raw, train_split, options, train_result, train_seconds: float) -> dict:
@@ -51,6 +53,10 @@ def write_report(trainer, tokenizer, raw, train_split, options, train_result, tr
         if averaged is not None:
             cards.append((averaged[0], averaged[1], out_dir / "averaged"))
         draw_figures(trainer.state.log_history, cards, tokenizer, raw["validation"][0]["source"], data_args)
+    # A model that cannot have learned says so, in its results.json and its card (see `not_learned`).
+    results["warnings"] = not_learned(trainer, results["bleu"].get("test"))
+    if averaged is not None:
+        averaged[0]["warnings"] = not_learned(trainer, averaged[0]["bleu"].get("test"))
     config, args = trainer.model.config, trainer.args
     write_results_and_card(out_dir, config, results, args.hub_model_id)
     if averaged is not None:
@@ -67,7 +73,49 @@ def write_report(trainer, tokenizer, raw, train_split, options, train_result, tr
             revision=args.hub_revision,
             token=args.hub_token,
         )
+    for line in results["warnings"]:  # the run's last word, where a person reading the log looks
+        logger.warning(line)
     return results
+
+
+def not_learned(trainer, test_bleu: dict | None) -> list[str]:
+    """[one plain line] when the run's model cannot have learned to translate, else []: the run stopped inside its
+    learning-rate warm-up (the rate never reached its peak), or a BLEU it measured at its end is below MIN_BLEU (the
+    last validation BLEU of the run, the model's test BLEU). The line says what happened and which flag fixes it.
+
+    Why MIN_BLEU = 1: BLEU is the geometric mean of the 1- to 4-gram precisions, so below 1 hardly any 3- and 4-grams
+    of the references appear in the output: repetitions of frequent words, not translations (the run of issue 45,
+    333 updates inside a 4,000-update warm-up, scored 0.30). A small model that has started to learn clears it well
+    inside its first hour (Multi30k: ~28 validation BLEU after 2,000 updates, bench/multi30k_search.md), and so does
+    a hard pair or domain where it is weak, so the line does not call a weak model useless."""
+    state, args = trainer.state, trainer.args
+    steps = state.global_step
+    warmup = getattr(trainer.lr_scheduler, "warmup_steps", None)  # the paper's schedule's (NoamLR)
+    if warmup is None:
+        warmup = args.get_warmup_steps(state.max_steps)
+    if any(isinstance(c, TimeLimit) for c in trainer.callback_handler.callbacks) and steps < state.max_steps:
+        budget = "--max_train_minutes"
+    else:
+        budget = "--max_steps" if args.max_steps > 0 else "--num_train_epochs"
+    evaluations = [h["eval_bleu"] for h in state.log_history if "eval_bleu" in h]
+    measured = [(f"validation BLEU {evaluations[-1]:.2f}", evaluations[-1])] if evaluations else []
+    if test_bleu:
+        measured.append((f"test BLEU {test_bleu['score']:.2f}", test_bleu["score"]))
+    low = [text for text, score in measured if score < MIN_BLEU]
+    if steps < warmup:
+        scores = f" ({', '.join(text for text, _ in measured)})" if measured else ""
+        return [
+            f"Not a usable model: training stopped after {steps:,} updates, inside its learning-rate warm-up of "
+            f"{warmup:,} updates, so it cannot have learned to translate{scores}; train longer with {budget}, or "
+            f"shorten the warm-up with --warmup_steps."
+        ]
+    if low:
+        return [
+            f"Not a usable model: after {steps:,} updates its {' and '.join(low)} (below {MIN_BLEU:g}: it does not "
+            f"translate); train longer with {budget}, and check that --src_lang/--tgt_lang (or "
+            f"--src_column/--tgt_column) name each sentence and its translation."
+        ]
+    return []
 
 
 def score_average(trainer, tokenizer, test, data_args, run_args, results: dict):
