@@ -79,6 +79,8 @@ def test_short_training_run_lowers_validation_loss_and_writes_a_loadable_model(d
             "40",
             "--average_last",
             "2",
+            "--lr_cooldown",  # the last 2 checkpoints, not the cool-down's (the recipe has one: 0.2)
+            "0",
             "--predict_with_generate",
             "false",
             "--metric_for_best_model",
