@@ -105,15 +105,18 @@ def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_to
     return shifted
 
 
-def sinusoidal_position_encoding(positions: torch.Tensor, d_model: int) -> torch.Tensor:
+def sinusoidal_position_encoding(
+    positions: torch.Tensor, d_model: int, dtype: torch.dtype = torch.float32
+) -> torch.Tensor:
     """Section 3.5: PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d_model)),
     sin and cos interleaved. Computed on the fly for the positions asked for, so there is no maximum length
     (the paper's argument for the sinusoid: it "may allow the model to extrapolate to sequence lengths longer
     than the ones encountered during training") and no buffer for `from_pretrained` to leave uninitialised (it
-    builds models on the meta device and restores only saved tensors). Returns float32 [len(positions), d_model]."""
-    two_i = torch.arange(0, d_model, 2, device=positions.device, dtype=torch.float32)
+    builds models on the meta device and restores only saved tensors). Returns `dtype` [len(positions), d_model]:
+    the model asks for float32, or float64 when its embeddings are float64 (not float32 values there)."""
+    two_i = torch.arange(0, d_model, 2, device=positions.device, dtype=dtype)
     inv_freq = torch.exp(two_i * (-math.log(10000.0) / d_model))  # 1 / 10000^(2i/d_model)
-    angles = positions.to(torch.float32)[:, None] * inv_freq[None, :]  # [len, d_model / 2]
+    angles = positions.to(dtype)[:, None] * inv_freq[None, :]  # [len, d_model / 2]
     # [len, d_model / 2, 2] -> [len, d_model]: sin at even features, cos at odd ones.
     return torch.stack((torch.sin(angles), torch.cos(angles)), dim=-1).flatten(1)
 
@@ -440,7 +443,9 @@ class VanillaTransformerStack(VanillaTransformerPreTrainedModel):
         length = inputs_embeds.shape[1]
         positions = torch.arange(past_length, past_length + length, device=inputs_embeds.device)
         if self.embed_positions is None:  # section 3.5, fixed sinusoids
-            pe = sinusoidal_position_encoding(positions, inputs_embeds.shape[-1]).to(inputs_embeds.dtype)
+            # In float32, or float64 for float64 embeddings (a float64 model computes nothing in float32).
+            dtype = torch.promote_types(inputs_embeds.dtype, torch.float32)
+            pe = sinusoidal_position_encoding(positions, inputs_embeds.shape[-1], dtype).to(inputs_embeds.dtype)
         else:  # learned positions (Table 3 row E), a table of max_position_embeddings rows
             table = self.embed_positions.num_embeddings
             if past_length + length > table:
