@@ -42,6 +42,7 @@ from pathlib import Path
 # Only light modules at the top (the standard library, and package modules that import nothing heavy at theirs):
 # the parsers are built without torch, transformers or huggingface_hub, so that `--help` answers at once.
 from .loading import DTYPES, check_model_location
+from .shipped import DEFAULT_MODEL, PRETRAINED_DIR, resolve_model, shipped_models
 
 
 PROG = "vanilla-transformer"
@@ -237,9 +238,10 @@ def add_export_parser(commands) -> None:
     )
     c.add_argument(
         "model",
+        type=resolve_model,
         metavar="MODEL_DIR_OR_REPO",
-        help="checkpoint directory (`vanilla-transformer train`'s --output_dir, averaged/, a checkpoint-N) or Hub repo id, "
-        "with its tokenizer",
+        help="a shipped model's name, a checkpoint directory (`vanilla-transformer train`'s --output_dir, averaged/, a "
+        "checkpoint-N) or a Hub repo id, with its tokenizer",
     )
     c.add_argument("output_dir", metavar="OUTPUT_DIR", help="directory to write (must not exist, unless --force)")
     c.add_argument(
@@ -372,6 +374,11 @@ def cmd_score(args) -> int:
 # ------------------------------------------------------------------------------------------------ demo
 
 
+def _display_name(model: str) -> str:
+    """A shipped model by its short name (its directory is deep in site-packages), any other model as given."""
+    return Path(model).name if Path(model).parent == PRETRAINED_DIR else model
+
+
 def cmd_demo(args) -> int:
     """The web page (vanilla_transformer/demo.py, docs/demo.md), or with --write-space a Space that runs it."""
     if not 0 <= args.port <= 65535:
@@ -414,8 +421,8 @@ def cmd_demo(args) -> int:
                 f"--compare {args.compare!r} has another vocabulary than --model {args.model!r} ({difference}): the "
                 "two models must share one tokenizer to translate the same tokens."
             )
-        compare = (model_b, tokenizer_b, args.compare)
-    blocks = build_demo(model, tokenizer, model_name=args.model, compare=compare)
+        compare = (model_b, tokenizer_b, _display_name(args.compare))
+    blocks = build_demo(model, tokenizer, model_name=_display_name(args.model), compare=compare)
     launch_demo(blocks, host=args.host, port=args.port or None, share=args.share)
     return 0
 
@@ -446,9 +453,12 @@ def add_translate_parser(commands) -> None:
     t.add_argument(
         "--model",
         required=True,
-        metavar="PATH_OR_REPO",
-        help="checkpoint directory (`vanilla-transformer train`'s --output_dir, averaged/, a checkpoint-N) or Hub repo id; "
-        "the tokenizer is loaded from the same place",
+        type=resolve_model,
+        metavar="NAME_PATH_OR_REPO",
+        help="a shipped model's name ("
+        + ", ".join(shipped_models())
+        + "), a checkpoint directory (`vanilla-transformer "
+        "train`'s --output_dir, averaged/, a checkpoint-N) or a Hub repo id; the tokenizer is loaded from the same place",
     )
     t.add_argument(
         "--input", default="-", metavar="FILE", help="UTF-8 text, one sentence per line; '-' = stdin (default)"
@@ -517,7 +527,9 @@ def add_push_parser(commands) -> None:
     )
     p.add_argument(
         "output_dir",
-        help="`vanilla-transformer train`'s --output_dir, or a save_pretrained directory holding the tokenizer",
+        type=resolve_model,
+        help="a shipped model's name, `vanilla-transformer train`'s --output_dir, or a save_pretrained directory "
+        "holding the tokenizer",
     )
     p.add_argument(
         "repo_id", help="'namespace/name' on the Hub ('name' alone: your own namespace); created if missing"
@@ -572,8 +584,9 @@ def add_attention_parser(commands) -> None:
     a.add_argument(
         "--model",
         required=True,
-        metavar="PATH_OR_REPO",
-        help="checkpoint directory or Hub repo id (with its tokenizer)",
+        type=resolve_model,
+        metavar="NAME_PATH_OR_REPO",
+        help="a shipped model's name, a checkpoint directory or a Hub repo id (with its tokenizer)",
     )
     a.add_argument("--output", required=True, metavar="FILE.png", help="where to write the figure (PNG, SVG, PDF)")
     a.add_argument("--target", default=None, help="the translation to analyse (default: the model's own)")
@@ -636,14 +649,17 @@ def add_demo_parser(commands) -> None:
     )
     d.add_argument(
         "--model",
-        required=True,
-        metavar="PATH_OR_REPO",
-        help="checkpoint directory or Hub repo id (with its tokenizer); with --write-space a Hub repo id",
+        default=DEFAULT_MODEL,
+        type=resolve_model,
+        metavar="NAME_PATH_OR_REPO",
+        help=f"a shipped model's name (default {DEFAULT_MODEL}), a checkpoint directory or a Hub repo id (with its "
+        "tokenizer); with --write-space a Hub repo id",
     )
     d.add_argument(
         "--compare",
         default=None,
-        metavar="PATH_OR_REPO",
+        type=resolve_model,
+        metavar="NAME_PATH_OR_REPO",
         help="a second model shown beside --model (e.g. the averaged model of the same run), loaded with the same "
         "--device, --revision and --trust-remote-code; it must have --model's vocabulary",
     )

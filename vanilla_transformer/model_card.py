@@ -240,15 +240,18 @@ def _dataset(results: dict) -> dict:
     return {**dataset, "name": proper, "url": dataset.get("url") or url}
 
 
-def _hyperparameter_rows(hyperparameters: dict) -> list[tuple[str, str]]:
+def _hyperparameter_rows(hyperparameters: dict, steps: int | None = None) -> list[tuple[str, str]]:
     """(label, value) rows of the training table: known keys in words, lists and large numbers made readable, what
-    the run did not use (None) left out."""
+    the run did not use (None) left out. `steps`: the updates the run made (a timed run plans its cool-down to end
+    at an update the time limit may stop it just short of)."""
     rows = []
     for key, value in hyperparameters.items():
         if value is None:
             continue
         if key == "lr_cooldown_updates" and isinstance(value, list | tuple) and None not in value:
             text = f"{value[0]:,} to {value[1]:,}"
+            if steps is not None and steps < value[1]:
+                text += f" (planned; the time limit stopped the run at update {steps:,})"
         elif isinstance(value, list | tuple):
             text = ", ".join(str(v) for v in value)
         elif isinstance(value, int) and not isinstance(value, bool) and value >= 10_000:
@@ -292,8 +295,10 @@ def render_model_card(
     license: str = "apache-2.0",
     tags=(),
     template_path=None,
+    shipped_name: str | None = None,
 ) -> ModelCard:
-    """The model card as a `huggingface_hub.ModelCard` (see the module docstring for `results`)."""
+    """The model card as a `huggingface_hub.ModelCard` (see the module docstring for `results`); `shipped_name`: the
+    short name of a model that ships inside the package (`vanilla_transformer/shipped.py`), said in the card."""
     results = load_results(results)
     template_path = Path(template_path) if template_path is not None else DEFAULT_TEMPLATE
     if not template_path.is_file():
@@ -354,12 +359,14 @@ def render_model_card(
         # The validation BLEU curve that train.py plots (bleu.png), pushed beside the card.
         bleu_curve="bleu.png" if "bleu.png" in (results.get("plots") or ()) else None,
         training=training,
-        hyperparameters=_hyperparameter_rows(training.get("hyperparameters") or {}),
+        hyperparameters=_hyperparameter_rows(training.get("hyperparameters") or {}, training.get("steps")),
         runtime=_duration(training.get("train_runtime_s")),
         averaging=averaging,
         decoding=results.get("decoding") or {},
         tokenizer=results.get("tokenizer") or {},
         figure=results.get("attention_figure"),
+        shipped_name=shipped_name,
+        shipping=results.get("shipping") or {},
     )
     return ModelCard.from_template(card_data, template_path=str(template_path), **context)
 
@@ -406,7 +413,7 @@ def write_model_card(output_dir, config, results, repo_id: str | None = None, **
         config: the model's `VanillaTransformerConfig`.
         results: the run's results dict, or the path of its JSON file (schema in the module docstring).
         repo_id: the Hub repo the model goes to ("namespace/name"), used in the usage snippets.
-        **kwargs: `model_name`, `license` (default "apache-2.0"), extra `tags`, `template_path`.
+        **kwargs: `model_name`, `license` (default "apache-2.0"), extra `tags`, `template_path`, `shipped_name`.
     """
     card = render_model_card(config, results, repo_id, **kwargs)
     path = Path(output_dir) / "README.md"
