@@ -113,7 +113,7 @@ def plot_history(log_history: list[dict], out_dir: Path) -> list[str]:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        logger.warning("matplotlib is not installed (pip install 'vanilla-transformer[plot]'): no plots.")
+        logger.warning("matplotlib is not installed (the plot extra: pip install '.[plot]' in the clone): no plots.")
         return []
     series = {
         "loss.png": [
