@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import subprocess_env, write_multi30k_subset
+from helpers import MULTI30K, subprocess_env, write_multi30k_subset
 
 from vanilla_transformer import VanillaTransformerForConditionalGeneration, train
 from vanilla_transformer.tokenization import load_tokenizer
@@ -196,9 +196,11 @@ def test_shipped_presets_parse(path):
             k: own[k] for k in ("src_lang", "tgt_lang", "output_dir") if own[k] != recipe[k]
         }
         assert run_args.max_train_minutes == 60 and data_args.test_split == "test_2016_flickr"
+        # The dataset is Multi30k as the README clones it; the tests' copy holds the same files.
+        assert data_args.dataset == "multi30k/data/task1/raw"
         for split in ("train", "val", "test_2016_flickr"):
             for lang in (data_args.src_lang, data_args.tgt_lang):
-                assert (ROOT / data_args.dataset / f"{split}.{lang}.gz").is_file()
+                assert (MULTI30K / f"{split}.{lang}.gz").is_file()
         # Its float32-on-a-CPU options parse and apply on any machine (`--bf16 false --use_cpu` force that case).
         options = own["cpu_float32"]
         parsed = train.parse_args(["--config", str(path), "--bf16", "false", "--use_cpu", "true"])

@@ -104,10 +104,12 @@ class DataArguments:
     _argument_group_name = "data (docs/training.md: the formats)"
 
     dataset: str = field(
-        default="../shared/data/multi30k",
+        default="multi30k/data/task1/raw",
         metadata={
             "help": "Directory of {split}.{lang}[.gz] files, a TSV/JSONL file or directory, a save_to_disk "
-            "directory, or a Hub dataset id with a `translation` column (e.g. wmt14)."
+            "directory, or a Hub dataset id with a `translation` column (e.g. wmt14). The default is Multi30k's "
+            "files in a clone of its repository (README: `git clone --depth 1 https://github.com/multi30k/dataset "
+            "multi30k`)."
         },
     )
     dataset_config: str | None = field(default=None, metadata={"help": "Hub dataset configuration, e.g. 'de-en'."})

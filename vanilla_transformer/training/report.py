@@ -22,7 +22,7 @@ import transformers
 from ..averaging import average_checkpoints
 from ..checkpoints import complete_checkpoints
 from ..metrics import compute_bleu_with_lowercase
-from ..model_card import write_attention_figure, write_model_card
+from ..model_card import local_dataset_name, write_attention_figure, write_model_card
 from ..modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from ..precision import cpu_bfloat16_units, cpu_model_name
 from ..translate import translate
@@ -154,9 +154,10 @@ def collect_results(trainer, tokenizer, train_split, model_args, data_args, trai
     return {
         "src_lang": data_args.src_lang,
         "tgt_lang": data_args.tgt_lang,
-        # A local directory is named by its folder (e.g. "multi30k"); a Hub dataset also by its id (card metadata).
+        # A local directory is named by its folder, or as a known dataset (a clone's multi30k/data/task1/raw is
+        # "multi30k"); a Hub dataset by its id, also in the card's metadata.
         "dataset": {
-            "name": Path(data_args.dataset).name if local else data_args.dataset,
+            "name": local_dataset_name(data_args.dataset) if local else data_args.dataset,
             **({"path": data_args.dataset} if local else {"hub_id": data_args.dataset}),
             "train_pairs": len(train_split),
             "splits": {
