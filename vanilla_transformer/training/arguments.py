@@ -38,7 +38,8 @@ MODEL_PRESETS = (
     "big",
 )  # configuration_vanilla_transformer.PRESETS (not imported: no model code here)
 # A preset's key for options that replace its own when the run trains in float32 on a CPU (`bf16: "auto"` on a CPU
-# without native bfloat16, or bf16 off): the hour then holds ~3x fewer updates, and a short run wants other settings.
+# without native bfloat16, or bf16 off): the hour then trains on fewer tokens, and a short run wants other settings
+# (docs/model.md, "The cpu_float32 options").
 CPU_FLOAT32 = "cpu_float32"
 LR_SCHEDULES = ("noam", "trainer")
 

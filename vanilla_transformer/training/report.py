@@ -251,8 +251,8 @@ def average_last_checkpoints(out_dir: Path, k: int, tokenizer, device, after: in
     (the averaged model, the checkpoints' names), or None without such checkpoints.
 
     Why only the cool-down: checkpoints are written every `save_steps` updates, but a timed run's updates depend on
-    the machine (about 9,500 in the Multi30k preset's hour with bf16 on AVX512_BF16, about 2,800 in float32 on an
-    AVX2-only CPU). The last 10 checkpoints, 300 updates apart, were the last 28% of the former run and almost all of
+    the machine (about 9,500 in the Multi30k preset's hour with bf16 on one AVX512_BF16 CPU, about 2,800 with the same
+    options in float32 on an AVX2-only CPU). The last 10 checkpoints, 300 updates apart, were the last 28% of the former run and almost all of
     the latter, whose average then held half-trained models (validation BLEU 27.8 against 34.7 for the final model).
     The cool-down is the same fraction of every run, and the paper averages the last checkpoints of a run (section
     6.1), not checkpoints from its start."""
