@@ -41,6 +41,7 @@ MODEL_PRESETS = (
 # without native bfloat16, or bf16 off): the hour then trains on fewer tokens, and a short run wants other settings
 # (docs/model.md, "The cpu_float32 options").
 CPU_FLOAT32 = "cpu_float32"
+KEEP_CHECKPOINTS = ("averaged", "last", "all")  # --keep_checkpoints: see RunArguments
 LR_SCHEDULES = ("noam", "trainer")
 
 
@@ -187,6 +188,16 @@ class RunArguments:
             "before max_steps: 'train for about an hour' on a CPU. The schedule does not depend on max_steps."
         },
     )
+    keep_checkpoints: str = field(
+        default="averaged",
+        metadata={
+            "help": "What a finished run keeps of its checkpoints, after averaging and the report: averaged = the "
+            "newest whole (what --resume_from_checkpoint true continues) and the weights of those --average_last "
+            "takes and of the best one (for `vanilla-transformer average`), without their optimizer state; last = "
+            "the newest only; all = every checkpoint --save_total_limit left, whole (docs/training.md).",
+            "choices": KEEP_CHECKPOINTS,
+        },
+    )
     overwrite_output_dir: bool = field(
         default=False,
         metadata={
@@ -199,6 +210,10 @@ class RunArguments:
         check_positive_int("average_last", self.average_last, allow_zero=True)
         check_positive_int("num_beams", self.num_beams, allow_none=True)
         check_positive_int("test_batch_size", self.test_batch_size)
+        if self.keep_checkpoints not in KEEP_CHECKPOINTS:
+            raise ValueError(
+                f"`keep_checkpoints` must be one of {list(KEEP_CHECKPOINTS)}, got {self.keep_checkpoints!r}."
+            )
         if self.length_penalty is not None and not math.isfinite(self.length_penalty):
             raise ValueError(f"`length_penalty` must be a finite number, got {self.length_penalty!r}.")
         if self.max_train_minutes is not None and not self.max_train_minutes > 0:
@@ -422,6 +437,7 @@ HELP_GROUPS = {
         "save_steps",
         "save_total_limit",
         "average_last",
+        "keep_checkpoints",
         "logging_steps",
         "report_to",
         "plots",
