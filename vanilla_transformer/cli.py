@@ -539,7 +539,8 @@ def add_push_parser(commands) -> None:
     p.add_argument(
         "--commit-message",
         default=None,
-        help="commit title (default: vanilla_transformer.hub.DEFAULT_COMMIT_MESSAGE)",
+        # hub.DEFAULT_COMMIT_MESSAGE's words (hub.py is not imported for --help; tests/test_cli.py checks them).
+        help="commit title (default: 'Upload model trained with vanilla-transformer')",
     )
     p.add_argument(
         "--results",

@@ -451,6 +451,25 @@ HELP_GROUPS = {
         "hub_private_repo",
     ),
 }
+# The help of Trainer options whose stock text does not say what they do here (sentence batches, scripts that
+# resume, a push at every save).
+HELP_TEXTS = {
+    "gradient_accumulation_steps": "Micro-batches per update: an update holds about max_tokens x processes x this "
+    "many tokens per side (the paper's base preset: 3,125 x 8 x 1 = 25,000). The loss is normalised by the "
+    "update's target tokens, so splitting an update does not change it.",
+    "resume_from_checkpoint": "Continue a run: true = the newest complete checkpoint of --output_dir, or a "
+    "checkpoint-<step> directory. The learning rate, data order, augmentation and losses go on as without the "
+    "stop. A checkpoint whose optimizer state a finished run removed (--keep_checkpoints) is refused.",
+    "save_total_limit": "Checkpoints kept while training: the oldest are deleted (the best by validation stays "
+    "too). At the end, --keep_checkpoints decides what stays.",
+    "push_to_hub": "Publish the run on the Hub as --hub_model_id. The token and the repo are checked before "
+    "training; the Trainer pushes the model at each save (--hub_strategy); at the end one commit uploads the final "
+    "model, its card, plots and results.json and deletes the training files those pushes left (docs/sharing.md).",
+    "hub_model_id": "The Hub repo to publish to: 'namespace/name', or 'name' in your namespace. Default: the name "
+    "of --output_dir.",
+    "hub_private_repo": "Create the Hub repo private. Visibility is chosen only when the repo is created: true with "
+    "an existing public repo is an error.",
+}
 # Options of the Trainer that this recipe replaces: given with the paper's schedule or token batches, they would be
 # silently ignored, so they are refused, naming what to use instead.
 IGNORED_UNLESS = {
@@ -582,6 +601,8 @@ def build_parser(show_all: bool = False) -> ArgumentParser:
             group._group_actions.append(action)
         parser._action_groups.remove(group)
         parser._action_groups.insert(first_own + 3 + position, group)  # after model, data, tokenizer
+    for name, text in HELP_TEXTS.items():
+        by_dest[name].help = text
     for action in parser._actions:
         if any(flag.startswith("--no_") for flag in action.option_strings):
             action.help = argparse.SUPPRESS  # `--no_plots`: `--plots false` says the same
