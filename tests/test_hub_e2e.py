@@ -119,6 +119,9 @@ def train_args(data_dir, output_dir, *extra):
         "true",
         "--test_batch_size",
         "20",
+        # Every checkpoint stays whole: the tests compare the Trainer's pushes with them.
+        "--keep_checkpoints",
+        "all",
         *extra,
     ]
 

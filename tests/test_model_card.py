@@ -12,7 +12,7 @@ import yaml
 from huggingface_hub import ModelCard
 
 from vanilla_transformer import VanillaTransformerConfig
-from vanilla_transformer.model_card import paper_deviations, render_model_card, write_model_card
+from vanilla_transformer.model_card import local_dataset_name, paper_deviations, render_model_card, write_model_card
 
 
 SIGNATURE = "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0"
@@ -250,6 +250,16 @@ def test_bad_arguments_raise_value_errors(tmp_path):
         render_model_card(tiny_config(), RESULTS, "no-namespace")
     with pytest.raises(ValueError, match="template_path"):
         render_model_card(tiny_config(), RESULTS, REPO, template_path=tmp_path / "nope.md")
+
+
+def test_a_local_dataset_is_named_by_its_folder_or_as_multi30k_in_a_clone(tmp_path):
+    """The presets read Multi30k from a clone of its repository (README): the card names it Multi30k, whatever the
+    clone is called; other folders by their own name."""
+    for clone in ("multi30k", "dataset"):
+        assert local_dataset_name(tmp_path / clone / "data" / "task1" / "raw") == "multi30k"
+    assert local_dataset_name(tmp_path / "shared" / "data" / "multi30k") == "multi30k"
+    assert local_dataset_name(tmp_path / "my_corpus") == "my_corpus"
+    assert local_dataset_name(tmp_path / "raw") == "raw"
 
 
 def test_final_and_averaged_cards_are_two_models_with_readable_training_tables():

@@ -187,6 +187,19 @@ def test_help_lists_the_recipe_in_groups_and_help_all_the_trainers_other_options
         assert "--label_smoothing_factor" in text and "(default: 0.2)" in text
 
 
+def test_help_says_what_the_trainers_options_do_here(capsys):
+    """The stock help of the Trainer's options that this command uses otherwise is replaced: batches of tokens, a
+    resume of this package's checkpoints, a push at the end."""
+    with pytest.raises(SystemExit):
+        parse_args(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for stock in ("Not directly used by Trainer", "per_device_train_batch_size *", "every time the model is saved"):
+        assert stock not in text, stock
+    assert "max_tokens x processes x this many tokens per side" in text
+    assert "--keep_checkpoints {averaged,last,all}" in text and "(default: averaged)" in text
+    assert "true = the newest complete checkpoint of --output_dir" in text
+
+
 def test_an_optional_number_is_set_back_to_none_from_the_command_line(tmp_path):
     """`--max_tokens none`: batches of `--per_device_train_batch_size` sentences (then that option is not refused)."""
     *_, training_args = parse_args(

@@ -11,7 +11,7 @@
     vanilla-transformer score --hypotheses newstest2014.hyp.de --references newstest2014.de --lang de
     vanilla-transformer demo --model runs/en-de [--host 127.0.0.1] [--port 7860] [--share]
     vanilla-transformer demo --model runs/en-de --compare runs/en-de/averaged
-    vanilla-transformer demo --model your-name/transformer-en-de --write-space space/
+    vanilla-transformer demo --model your-name/transformer-en-de --write-space space/ --requirement SPEC
 
 `python -m vanilla_transformer.cli ...` does the same. `vanilla-transformer COMMAND --help` documents every option.
 
@@ -234,7 +234,7 @@ def add_export_parser(commands) -> None:
         "ctranslate2",
         help="CTranslate2 (OpenNMT, Argos Translate / LibreTranslate): ~2x faster CPU decoding",
         description="Write the model as a CTranslate2 model directory, with its tokenizer and the decoding settings "
-        "of the model's generation config, for `translate --engine ctranslate2` or any CTranslate2 runtime. Needs the ct2 extra: pip install 'vanilla-transformer[ct2]'.",
+        "of the model's generation config, for `translate --engine ctranslate2` or any CTranslate2 runtime. Needs the ct2 extra (pip install '.[ct2]' in the clone).",
     )
     c.add_argument(
         "model",
@@ -388,11 +388,9 @@ def cmd_demo(args) -> int:
     if args.write_space is not None:
         if args.compare is not None:
             raise ValueError("--compare is for the page served here: --write-space writes a Space for one model.")
-        from .demo import DEFAULT_REQUIREMENT, write_space
+        from .demo import write_space
 
-        path = write_space(
-            args.write_space, args.model, revision=args.revision, requirement=args.requirement or DEFAULT_REQUIREMENT
-        )
+        path = write_space(args.write_space, args.model, revision=args.revision, requirement=args.requirement)
         print(f"Space written in {path}: upload it with `hf upload --repo-type space NAME {path}`")
         return 0
     if args.requirement is not None:
@@ -406,7 +404,11 @@ def cmd_demo(args) -> int:
     try:
         import gradio  # noqa: F401
     except ImportError:
-        raise ValueError("the demo needs gradio: pip install 'vanilla-transformer[demo]'") from None
+        # demo.DEMO_HINT's words (demo.py is not imported here: it loads torch)
+        raise ValueError(
+            "the demo needs gradio: install the demo extra: pip install '.[demo]' in the vanilla-transformer clone "
+            "(or pip install gradio)"
+        ) from None
     from .demo import build_demo, launch_demo, vocabulary_difference
     from .loading import load_model
 
@@ -549,7 +551,8 @@ def add_push_parser(commands) -> None:
     p.add_argument(
         "--commit-message",
         default=None,
-        help="commit title (default: vanilla_transformer.hub.DEFAULT_COMMIT_MESSAGE)",
+        # hub.DEFAULT_COMMIT_MESSAGE's words (hub.py is not imported for --help; tests/test_cli.py checks them).
+        help="commit title (default: 'Upload model trained with vanilla-transformer')",
     )
     p.add_argument(
         "--results",
@@ -644,8 +647,8 @@ def add_demo_parser(commands) -> None:
         help="a web page that translates and shows attention, beam search steps and word alignment",
         description="Serve a Gradio page for a model: translate what a visitor types (the model's decoding, or "
         "greedy / beam / sampling), with its cross-, encoder and decoder attention per layer and head, the beam "
-        "search step by step, and a word alignment read from the cross-attention. Needs the demo extra: pip install "
-        "'vanilla-transformer[demo]'. See docs/demo.md.",
+        "search step by step, and a word alignment read from the cross-attention. Needs the demo extra (pip install "
+        "'.[demo]' in the clone). See docs/demo.md.",
     )
     d.add_argument(
         "--model",
@@ -678,8 +681,9 @@ def add_demo_parser(commands) -> None:
         "--requirement",
         default=None,
         metavar="SPEC",
-        help="with --write-space: how the Space installs this package (default 'vanilla-transformer[demo]'; "
-        "e.g. a git+https:// URL)",
+        help="with --write-space: the line of the Space's requirements.txt that installs this package, e.g. "
+        "'vanilla-transformer[demo] @ git+https://github.com/YOUR_NAME/vanilla-transformer' (default: the same line "
+        "with the Repository URL of the package's metadata; required where the metadata records none)",
     )
     add_checkpoint_options(d)
     d.set_defaults(func=cmd_demo, command_parser=d)

@@ -1,7 +1,7 @@
 """The web demo: a Gradio page that translates what a visitor types and shows how the model got there.
 
     vanilla-transformer demo --model runs/en-de            # http://127.0.0.1:7860
-    vanilla-transformer demo --model your-name/transformer-en-de --write-space space/
+    vanilla-transformer demo --model your-name/transformer-en-de --write-space space/ --requirement SPEC
     vanilla-transformer demo --model runs/en-de --compare runs/en-de/averaged   # two models side by side
 
 See docs/demo.md for what each view shows. The page has five views of one translation, all read from one call of
@@ -24,7 +24,7 @@ With a second model (`build_demo(..., compare=...)`) the page translates with bo
 translations side by side, each built by the same functions as for one model.
 
 This module's functions return data and HTML and need no browser; `build_demo` wires them into Gradio, imported
-only there (the `demo` extra: pip install 'vanilla-transformer[demo]').
+only there (the `demo` extra).
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ from .attention_figures import CONTINUATION, AttentionWeights, attention_weights
 
 logger = logging.getLogger(__name__)
 
-DEMO_HINT = "pip install 'vanilla-transformer[demo]'"
+DEMO_HINT = "install the demo extra: pip install '.[demo]' in the vanilla-transformer clone (or pip install gradio)"
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 7860
 DIGITS = 4  # decimals of the weights shown (and of their data-w attributes)
@@ -764,16 +764,46 @@ The vanilla-transformer demo for [{repo_id}](https://huggingface.co/{repo_id}): 
 attention, step through the beam search, read the word alignment.
 """
 
-DEFAULT_REQUIREMENT = "vanilla-transformer[demo]"
+
+def repository_url() -> str | None:
+    """The project's repository as the installed package's metadata records it (`Repository` in pyproject.toml's
+    `[project.urls]`), or None where it records none."""
+    from importlib.metadata import PackageNotFoundError, metadata
+
+    try:
+        entries = metadata("vanilla-transformer").get_all("Project-URL") or []
+    except PackageNotFoundError:
+        return None
+    for entry in entries:
+        label, _, url = entry.partition(",")
+        if label.strip().lower() == "repository" and url.strip():
+            return url.strip()
+    return None
 
 
-def write_space(
-    directory, repo_id: str, *, revision: str | None = None, requirement: str = DEFAULT_REQUIREMENT
-) -> Path:
+def space_requirement(requirement: str | None = None) -> str:
+    """The line of the Space's requirements.txt that installs this package with its demo extra: `requirement`, or
+    the project's repository as a git URL. The package is not on PyPI, so a bare `vanilla-transformer[demo]` would
+    not resolve; without a repository URL in the package's metadata `requirement` must be given."""
+    if requirement is None:
+        url = repository_url()
+        if url is None:
+            raise ValueError(
+                "--write-space needs --requirement: vanilla-transformer is not on PyPI and this installation records "
+                "no repository URL, so say how the Space installs it, e.g. --requirement "
+                "'vanilla-transformer[demo] @ git+https://github.com/YOUR_NAME/vanilla-transformer'."
+            )
+        requirement = f"vanilla-transformer[demo] @ git+{url}"
+    if not requirement.strip() or "\n" in requirement:
+        raise ValueError(f"--requirement {requirement!r}: pass one requirement line (a pip requirement or URL).")
+    return requirement.strip()
+
+
+def write_space(directory, repo_id: str, *, revision: str | None = None, requirement: str | None = None) -> Path:
     """Write a Gradio Space for the Hub model `repo_id` into `directory` (created; must be empty if it exists):
-    `app.py` (loads the model and runs this demo), `requirements.txt` (`requirement`: the package with its demo
-    extra, e.g. a pinned version or a `git+https://...` URL) and `README.md` (the Space's metadata). Upload it with
-    `hf upload --repo-type space NAME DIRECTORY`."""
+    `app.py` (loads the model and runs this demo), `requirements.txt` (`space_requirement(requirement)`: the package
+    with its demo extra, from a `git+https://...` URL or wherever `requirement` says) and `README.md` (the Space's
+    metadata). Upload it with `hf upload --repo-type space NAME DIRECTORY`."""
     if not isinstance(repo_id, str) or not repo_id.strip() or repo_id.count("/") > 1:
         raise ValueError(
             f"--model {repo_id!r}: a Space loads its model from the Hub; pass a repo id 'namespace/name'."
@@ -781,6 +811,7 @@ def write_space(
     path = Path(directory)
     if path.exists() and (not path.is_dir() or any(path.iterdir())):
         raise ValueError(f"--write-space {str(directory)!r} exists and is not an empty directory: pass a new one.")
+    requirement = space_requirement(requirement)
     try:
         from importlib.metadata import version
 
@@ -809,7 +840,9 @@ __all__ = [
     "decoding_steps",
     "launch_demo",
     "prepare_source",
+    "repository_url",
     "run_translation",
+    "space_requirement",
     "steps_html",
     "vocabulary_difference",
     "word_alignment",

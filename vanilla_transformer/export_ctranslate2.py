@@ -9,7 +9,7 @@ specification API (`ctranslate2.specs.TransformerSpec` and a `ctranslate2.conver
     vanilla-transformer translate --engine ctranslate2 --model runs/en-de-ct2 < test.en > test.de
 
 or from Python, `export_ctranslate2(model_dir, output_dir)` and `translate_ctranslate2(output_dir, sentences)`.
-Needs the `ct2` extra: `pip install vanilla-transformer[ct2]`.
+Needs the `ct2` extra: `pip install ".[ct2]"` in the clone of vanilla-transformer.
 
 What the export maps (the paper's model, section 3): N encoder and decoder layers, post-norm (or pre-norm with the
 final norms, `normalize_before`), ReLU (or the configured activation), W_Q/W_K/W_V/W_O without biases (or with,
@@ -75,7 +75,9 @@ SETTINGS_FILE = "vanilla_transformer_ct2.json"
 TOKENIZER_FILE = "tokenizer.json"
 QUANTIZATIONS = ("float32", "int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16")
 ACTIVATIONS = {"relu": "RELU", "gelu": "GELU", "gelu_new": "GELUTanh", "silu": "SWISH", "swish": "SWISH"}
-INSTALL_HINT = "install the `ct2` extra: pip install 'vanilla-transformer[ct2]' (or pip install ctranslate2)"
+INSTALL_HINT = (
+    "install the `ct2` extra: pip install '.[ct2]' in the vanilla-transformer clone (or pip install ctranslate2)"
+)
 
 
 def import_ctranslate2():

@@ -91,6 +91,8 @@ EXAMPLES = {
 PAPER_URL = "https://arxiv.org/abs/1706.03762"
 # Datasets named by a local folder: their proper name and where to get them.
 KNOWN_DATASETS = {"multi30k": ("Multi30k", "https://github.com/multi30k/dataset")}
+# Local folders known by where they sit, whatever their clone is called: the multi30k/dataset repository's text files.
+KNOWN_LAYOUTS = {("data", "task1", "raw"): "multi30k"}
 # The training table's rows: results.json's hyperparameter keys, in words.
 HYPERPARAMETER_LABELS = {
     "max_tokens": "tokens per batch and process",
@@ -227,6 +229,16 @@ def load_results(results) -> dict:
         if results.get(key) is not None and not isinstance(results[key], dict):
             raise ValueError(f"`results[{key!r}]` must be a dict or absent, got {type(results[key]).__name__}.")
     return results
+
+
+def local_dataset_name(path) -> str:
+    """The name of a dataset read from the local `path`, for results.json and the card: Multi30k for the files of a
+    clone of its repository (`KNOWN_LAYOUTS`), else the folder's (or file's) own name."""
+    resolved = Path(path).resolve()
+    for tail, name in KNOWN_LAYOUTS.items():
+        if resolved.parts[-len(tail) :] == tail:
+            return name
+    return resolved.name
 
 
 def _dataset(results: dict) -> dict:
@@ -443,6 +455,7 @@ __all__ = [
     "compare_with_paper",
     "detect_preset",
     "load_results",
+    "local_dataset_name",
     "paper_deviations",
     "render_model_card",
     "render_unevaluated_card",

@@ -38,8 +38,10 @@ MODEL_PRESETS = (
     "big",
 )  # configuration_vanilla_transformer.PRESETS (not imported: no model code here)
 # A preset's key for options that replace its own when the run trains in float32 on a CPU (`bf16: "auto"` on a CPU
-# without native bfloat16, or bf16 off): the hour then holds ~3x fewer updates, and a short run wants other settings.
+# without native bfloat16, or bf16 off): the hour then trains on fewer tokens, and a short run wants other settings
+# (docs/model.md, "The cpu_float32 options").
 CPU_FLOAT32 = "cpu_float32"
+KEEP_CHECKPOINTS = ("averaged", "last", "all")  # --keep_checkpoints: see RunArguments
 LR_SCHEDULES = ("noam", "trainer")
 
 
@@ -104,10 +106,12 @@ class DataArguments:
     _argument_group_name = "data (docs/training.md: the formats)"
 
     dataset: str = field(
-        default="../shared/data/multi30k",
+        default="multi30k/data/task1/raw",
         metadata={
             "help": "Directory of {split}.{lang}[.gz] files, a TSV/JSONL file or directory, a save_to_disk "
-            "directory, or a Hub dataset id with a `translation` column (e.g. wmt14)."
+            "directory, or a Hub dataset id with a `translation` column (e.g. wmt14). The default is Multi30k's "
+            "files in a clone of its repository (README: `git clone --depth 1 https://github.com/multi30k/dataset "
+            "multi30k`)."
         },
     )
     dataset_config: str | None = field(default=None, metadata={"help": "Hub dataset configuration, e.g. 'de-en'."})
@@ -184,6 +188,16 @@ class RunArguments:
             "before max_steps: 'train for about an hour' on a CPU. The schedule does not depend on max_steps."
         },
     )
+    keep_checkpoints: str = field(
+        default="averaged",
+        metadata={
+            "help": "What a finished run keeps of its checkpoints, after averaging and the report: averaged = the "
+            "newest whole (what --resume_from_checkpoint true continues) and the weights of those --average_last "
+            "takes and of the best one (for `vanilla-transformer average`), without their optimizer state; last = "
+            "the newest only; all = every checkpoint --save_total_limit left, whole (docs/training.md).",
+            "choices": KEEP_CHECKPOINTS,
+        },
+    )
     overwrite_output_dir: bool = field(
         default=False,
         metadata={
@@ -196,6 +210,10 @@ class RunArguments:
         check_positive_int("average_last", self.average_last, allow_zero=True)
         check_positive_int("num_beams", self.num_beams, allow_none=True)
         check_positive_int("test_batch_size", self.test_batch_size)
+        if self.keep_checkpoints not in KEEP_CHECKPOINTS:
+            raise ValueError(
+                f"`keep_checkpoints` must be one of {list(KEEP_CHECKPOINTS)}, got {self.keep_checkpoints!r}."
+            )
         if self.length_penalty is not None and not math.isfinite(self.length_penalty):
             raise ValueError(f"`length_penalty` must be a finite number, got {self.length_penalty!r}.")
         if self.max_train_minutes is not None and not self.max_train_minutes > 0:
@@ -419,6 +437,7 @@ HELP_GROUPS = {
         "save_steps",
         "save_total_limit",
         "average_last",
+        "keep_checkpoints",
         "logging_steps",
         "report_to",
         "plots",
@@ -431,6 +450,25 @@ HELP_GROUPS = {
         "hub_model_id",
         "hub_private_repo",
     ),
+}
+# The help of Trainer options whose stock text does not say what they do here (sentence batches, scripts that
+# resume, a push at every save).
+HELP_TEXTS = {
+    "gradient_accumulation_steps": "Micro-batches per update: an update holds about max_tokens x processes x this "
+    "many tokens per side (the paper's base preset: 3,125 x 8 x 1 = 25,000). The loss is normalised by the "
+    "update's target tokens, so splitting an update does not change it.",
+    "resume_from_checkpoint": "Continue a run: true = the newest complete checkpoint of --output_dir, or a "
+    "checkpoint-<step> directory. The learning rate, data order, augmentation and losses go on as without the "
+    "stop. A checkpoint whose optimizer state a finished run removed (--keep_checkpoints) is refused.",
+    "save_total_limit": "Checkpoints kept while training: the oldest are deleted (the best by validation stays "
+    "too). At the end, --keep_checkpoints decides what stays.",
+    "push_to_hub": "Publish the run on the Hub as --hub_model_id. The token and the repo are checked before "
+    "training; the Trainer pushes the model at each save (--hub_strategy); at the end one commit uploads the final "
+    "model, its card, plots and results.json and deletes the training files those pushes left (docs/sharing.md).",
+    "hub_model_id": "The Hub repo to publish to: 'namespace/name', or 'name' in your namespace. Default: the name "
+    "of --output_dir.",
+    "hub_private_repo": "Create the Hub repo private. Visibility is chosen only when the repo is created: true with "
+    "an existing public repo is an error.",
 }
 # Options of the Trainer that this recipe replaces: given with the paper's schedule or token batches, they would be
 # silently ignored, so they are refused, naming what to use instead.
@@ -563,6 +601,8 @@ def build_parser(show_all: bool = False) -> ArgumentParser:
             group._group_actions.append(action)
         parser._action_groups.remove(group)
         parser._action_groups.insert(first_own + 3 + position, group)  # after model, data, tokenizer
+    for name, text in HELP_TEXTS.items():
+        by_dest[name].help = text
     for action in parser._actions:
         if any(flag.startswith("--no_") for flag in action.option_strings):
             action.help = argparse.SUPPRESS  # `--no_plots`: `--plots false` says the same
