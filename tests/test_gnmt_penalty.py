@@ -388,3 +388,16 @@ def test_a_wmt14_preset_model_decodes_with_the_gnmt_penalty_where_only_transform
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "REMOTE-GNMT-OK transformers_modules" in result.stdout
+
+
+def test_the_model_card_names_the_form_its_generation_config_uses():
+    from test_model_card import REPO, RESULTS, tiny_config
+
+    from vanilla_transformer.model_card import render_model_card
+
+    gnmt = {**RESULTS, "decoding": {**RESULTS["decoding"], "length_penalty_form": "gnmt"}}
+    text = render_model_card(tiny_config(), gnmt, REPO).content
+    assert "decodes with the paper's GNMT length penalty" in text and "divides by `length ** alpha`" not in text
+    text = render_model_card(tiny_config(), RESULTS, REPO).content  # no form recorded: transformers' length form
+    assert "divides by `length ** alpha`" in text and "decodes with the paper's GNMT" not in text
+    assert "\n\n- The model only knows" not in text  # the bullets stay one list
