@@ -168,7 +168,15 @@ class Step:
     attention: list[float] | None = None  # where the translation's token of this step looked (cross, one layer)
 
 
-def decoding_steps(model, tokenizer, generation, recorder: StepRecorder, eos_token_ids, length_penalty: float):
+def decoding_steps(
+    model,
+    tokenizer,
+    generation,
+    recorder: StepRecorder,
+    eos_token_ids,
+    length_penalty: float,
+    length_penalty_form: str = "length",
+):
     """The candidates of every step of the `generate` call that returned `generation` (with `output_scores=True`
     and `return_dict_in_generate=True`, `recorder` among its logits processors).
 
@@ -201,6 +209,8 @@ def decoding_steps(model, tokenizer, generation, recorder: StepRecorder, eos_tok
             steps[-1].candidates[0].final = True
         return steps
     beams = recorder.running[0].shape[0]
+    # The GNMT form (tensor2tensor's search): any ending candidate of the 2 x beams may finish, not only the best.
+    gnmt = length_penalty_form == "gnmt"
     vocab = scores[0].shape[-1]
     keep = max(2, 1 + len(eos_token_ids)) * beams  # generate's `beams_to_keep`
     length_limited = not any(t in eos_token_ids for t in final[1:])  # the search ended at its length limit
@@ -222,9 +232,9 @@ def decoding_steps(model, tokenizer, generation, recorder: StepRecorder, eos_tok
             if tuple(ids) in following:
                 candidate.status = "kept"
                 next_running[tuple(ids)] = top[rank]
-            elif rank < beams and (token in eos_token_ids or (last and length_limited)):
+            elif (rank < beams or gnmt) and (token in eos_token_ids or (last and length_limited)):
                 candidate.status = "ended"
-                candidate.score = value / ((t + 1) ** length_penalty)
+                candidate.score = value / (((5 + t + 1) / 6 if gnmt else t + 1) ** length_penalty)
                 candidate.final = tuple(i for i in ids if i not in eos_token_ids) == final_ids
             candidates.append(candidate)
         steps.append(Step(t, candidates))
@@ -251,6 +261,7 @@ class Result:
     weights: AttentionWeights | None = None
     steps: list[Step] = field(default_factory=list)
     num_beams: int = 1
+    length_penalty_form: str = "length"  # how ended hypotheses were scored: "length" or "gnmt"
 
 
 @torch.no_grad()
@@ -266,6 +277,7 @@ def run_translation(model, tokenizer, text: str, decoding: Decoding | None = Non
     config = model.generation_config
     num_beams = kwargs.get("num_beams", config.num_beams or 1)
     length_penalty = kwargs.get("length_penalty", config.length_penalty if config.length_penalty is not None else 1.0)
+    form = kwargs.get("length_penalty_form", getattr(config, "length_penalty_form", None) or "length")
     recorder = StepRecorder()
     if kwargs.get("do_sample"):
         torch.manual_seed(int(decoding.seed))
@@ -280,12 +292,12 @@ def run_translation(model, tokenizer, text: str, decoding: Decoding | None = Non
     )
     eos = config.eos_token_id if config.eos_token_id is not None else tokenizer.eos_token_id
     eos_ids = set(eos) if isinstance(eos, list | tuple) else {eos}
-    steps = decoding_steps(model, tokenizer, weights.generation, recorder, eos_ids, length_penalty)
+    steps = decoding_steps(model, tokenizer, weights.generation, recorder, eos_ids, length_penalty, form)
     mean = weights.cross[-1].mean(dim=0)  # last layer, mean of the heads: [target, source]
     for step in steps:
         if step.index < mean.shape[0]:
             step.attention = mean[step.index].tolist()
-    return Result(source, weights.translation, notice, weights, steps, num_beams)
+    return Result(source, weights.translation, notice, weights, steps, num_beams, form)
 
 
 # ------------------------------------------------------------------------------------------------ HTML
@@ -372,10 +384,15 @@ def steps_html(result: Result) -> str:
         return "<p class=vt-legend>Nothing decoded yet.</p>"
     weights = result.weights
     beam = result.num_beams > 1
+    penalty = (
+        "((5 + length) / 6)<sup>length penalty</sup> (GNMT)"
+        if result.length_penalty_form == "gnmt"
+        else "length<sup>length penalty</sup>"
+    )
     intro = (
         f"Beam search with {result.num_beams} beams: at each step the {2 * result.num_beams} best continuations of "
         "the running beams by cumulative log-probability; <b>kept</b> ones continue, <b>ended</b> ones (&lt;/s&gt;) "
-        "compete on log-probability / length<sup>length penalty</sup>, the rest are <b>dropped</b>. "
+        f"compete on log-probability / {penalty}, the rest are <b>dropped</b>. "
         "\u2605 marks the returned translation."
         if beam
         else "One hypothesis: at each step the chosen token and the most likely others, with their log-probabilities."

@@ -179,6 +179,22 @@ class RunArguments:
         default=None,
         metadata={"help": "Beam size, saved in the model's generation config like --length_penalty. None: 4."},
     )
+    length_penalty_form: str | None = field(
+        default=None,
+        metadata={
+            "help": "How --length_penalty divides a hypothesis' log-probability, saved in the generation config: "
+            "'length' (|Y| ** alpha, transformers' and fairseq's) or 'gnmt' (((5 + |Y|) / 6) ** alpha, Wu et al. 2016: "
+            "the paper's, tensor2tensor's). None: 'length'."
+        },
+    )
+    early_stopping: str | None = field(
+        default=None,
+        metadata={
+            "help": "When beam search ends a sentence, saved in the generation config: 'true' (once num_beams "
+            "hypotheses are finished), 'never' (once none running can beat them: with 'gnmt', tensor2tensor's "
+            "search) or 'false' (transformers' heuristic). None: 'true'."
+        },
+    )
     test_batch_size: int = field(default=64, metadata={"help": "Sentences per batch for the final test translation."})
     plots: bool = field(default=True, metadata={"help": "Write PNG plots of loss, learning rate and BLEU."})
     max_train_minutes: float | None = field(
@@ -216,6 +232,18 @@ class RunArguments:
             )
         if self.length_penalty is not None and not math.isfinite(self.length_penalty):
             raise ValueError(f"`length_penalty` must be a finite number, got {self.length_penalty!r}.")
+        if self.length_penalty_form not in (None, "length", "gnmt"):
+            raise ValueError(f"`length_penalty_form` must be 'length' or 'gnmt', got {self.length_penalty_form!r}.")
+        if self.length_penalty_form == "gnmt" and self.length_penalty is not None and self.length_penalty < 0:
+            raise ValueError(
+                f"`length_penalty` {self.length_penalty!r} with length_penalty_form 'gnmt': alpha must be 0 or more."
+            )
+        if isinstance(self.early_stopping, bool):  # a preset's JSON true / false
+            self.early_stopping = str(self.early_stopping).lower()
+        if self.early_stopping is not None:
+            self.early_stopping = self.early_stopping.strip().lower()
+            if self.early_stopping not in ("true", "false", "never"):
+                raise ValueError(f"`early_stopping` must be true, false or never, got {self.early_stopping!r}.")
         if self.max_train_minutes is not None and not self.max_train_minutes > 0:
             raise ValueError(f"`max_train_minutes` must be positive, got {self.max_train_minutes!r}.")
 
@@ -421,6 +449,8 @@ HELP_GROUPS = {
     "decoding (the model's generation config, and evaluation)": (
         "num_beams",
         "length_penalty",
+        "length_penalty_form",
+        "early_stopping",
         "test_batch_size",
         "per_device_eval_batch_size",
         "max_eval_samples",

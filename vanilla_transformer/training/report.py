@@ -205,6 +205,7 @@ def collect_results(trainer, tokenizer, train_split, model_args, data_args, trai
         "decoding": {
             "num_beams": trainer.model.generation_config.num_beams,
             "length_penalty": trainer.model.generation_config.length_penalty,
+            "length_penalty_form": getattr(trainer.model.generation_config, "length_penalty_form", None) or "length",
             "max_length": "source length + 50",
         },
         "bleu": {},
