@@ -7,13 +7,14 @@ length for each. The test split is refused: it is scored once, with the settings
 
     python bench/decode_sweep.py runs/multi30k_en_de_small --beams 4 6 --length-penalties 0.6 1.0 1.5
 
-The package's length penalty is transformers' (score / length ** alpha, fairseq's `--lenpen`), not GNMT's; see
-the README's "Known departures".
+`--forms length gnmt` compares the two length penalty forms: transformers' score / length ** alpha (fairseq's
+`--lenpen`, the default) and the paper's GNMT score / ((5 + length) / 6) ** alpha (docs/model.md).
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import sys
 import tempfile
 import time
@@ -42,6 +43,13 @@ def main(argv=None) -> int:
     parser.add_argument("run_dir", type=Path)
     parser.add_argument("--beams", type=int, nargs="+", default=[4])
     parser.add_argument("--length-penalties", type=float, nargs="+", default=[0.6, 1.0])
+    parser.add_argument(
+        "--forms",
+        nargs="+",
+        default=["length"],
+        choices=("length", "gnmt"),
+        help="length penalty forms: length (|Y| ** alpha, transformers') and/or gnmt (((5 + |Y|) / 6) ** alpha, the paper's)",
+    )
     parser.add_argument("--average", type=int, default=0, help="Average the last K checkpoints (0: the final model).")
     parser.add_argument("--data-dir", type=Path, default=MULTI30K)
     parser.add_argument("--split", default="val", help="Never the test split.")
@@ -55,21 +63,28 @@ def main(argv=None) -> int:
     results, sources, targets, tokenizer = read_run_split(args.run_dir, args.data_dir, args.split)
     flags = cpu_flags()
     print(f"# {args.run_dir} on {args.split} ({len(sources)} pairs), CPU: {flags['torch capability']}")
-    print("| model | beam | length penalty | BLEU | lowercased | mean length (words) | seconds |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+    print("| model | beam | length penalty | form | BLEU | lowercased | mean length (words) | seconds |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     with tempfile.TemporaryDirectory() as tmp:
         model, name = load(args.run_dir, args.average, tmp)
-        for beam in args.beams:
-            for alpha in args.length_penalties:
-                started = time.perf_counter()
-                hypotheses = translate(model, tokenizer, sources, batch_size=64, num_beams=beam, length_penalty=alpha)
-                bleu = compute_bleu_with_lowercase(hypotheses, targets)
-                length = sum(len(h.split()) for h in hypotheses) / len(hypotheses)
-                print(
-                    f"| {name} | {beam} | {alpha:g} | {bleu['score']:.2f} | {bleu['lowercase']['score']:.2f} | "
-                    f"{length:.2f} | {time.perf_counter() - started:.0f} |",
-                    flush=True,
-                )
+        for beam, alpha, form in itertools.product(args.beams, args.length_penalties, args.forms):
+            started = time.perf_counter()
+            hypotheses = translate(
+                model,
+                tokenizer,
+                sources,
+                batch_size=64,
+                num_beams=beam,
+                length_penalty=alpha,
+                length_penalty_form=form,
+            )
+            bleu = compute_bleu_with_lowercase(hypotheses, targets)
+            length = sum(len(h.split()) for h in hypotheses) / len(hypotheses)
+            print(
+                f"| {name} | {beam} | {alpha:g} | {form} | {bleu['score']:.2f} | {bleu['lowercase']['score']:.2f} | "
+                f"{length:.2f} | {time.perf_counter() - started:.0f} |",
+                flush=True,
+            )
     return 0
 
 

@@ -4,6 +4,7 @@ the figures hold exactly those weights, the PNG is written, and bad options are 
 
 import copy
 import json
+import re
 import subprocess
 import sys
 import textwrap
@@ -281,7 +282,7 @@ def test_bad_sentences(model, tokenizer, monkeypatch):
 def test_missing_matplotlib_is_a_clear_error(model, tokenizer, monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib.figure", None)  # makes `import matplotlib.figure` fail
     monkeypatch.setattr(model, "forward", lambda *a, **k: pytest.fail("the model ran before the check"))
-    with pytest.raises(ImportError, match=r"pip install 'vanilla-transformer\[plot\]'"):
+    with pytest.raises(ImportError, match=re.escape(attention_figures.PLOT_HINT)):
         attention_figure(model, tokenizer, SOURCE, TARGET)
 
 
@@ -439,4 +440,4 @@ def test_model_card_figure(model, tokenizer, tmp_path, monkeypatch, caplog):
     assert write_attention_figure(model, tokenizer, SOURCE, tmp_path / "none") is None
     ours = [r.message for r in caplog.records if r.name == "vanilla_transformer.model_card"]
     assert len(ours) == 2 and all(m.startswith("No attention figure in the model card: ") for m in ours)
-    assert "`source` has " in ours[0] and "vanilla-transformer[plot]" in ours[1]
+    assert "`source` has " in ours[0] and attention_figures.PLOT_HINT in ours[1]

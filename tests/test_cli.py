@@ -309,6 +309,14 @@ def test_help_documents_every_option(capsys):
         assert any(option in a.option_strings for a in subparsers["translate"]._actions), option
 
 
+def test_push_help_gives_the_commit_message_it_uses(capsys):
+    from vanilla_transformer.hub import DEFAULT_COMMIT_MESSAGE
+
+    with pytest.raises(SystemExit):
+        main(["push", "--help"])
+    assert f"(default: '{DEFAULT_COMMIT_MESSAGE}')" in " ".join(capsys.readouterr().out.split())
+
+
 def test_average_routes_to_the_averaging_command(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(["average", "--help"])

@@ -502,9 +502,10 @@ def test_written_space_builds_the_page(model, tokenizer, tmp_path, hub):
     tokenizer.save_pretrained(model_dir)
     api.upload_folder(folder_path=model_dir, repo_id=repo_id)
     space = tmp_path / "space"
-    assert main(["demo", "--model", repo_id, "--write-space", str(space)]) == 0
+    requirement = "vanilla-transformer[demo] @ git+https://example.org/vanilla-transformer"
+    assert main(["demo", "--model", repo_id, "--write-space", str(space), "--requirement", requirement]) == 0
     assert sorted(p.name for p in space.iterdir()) == ["README.md", "app.py", "requirements.txt"]
-    assert "vanilla-transformer[demo]" in (space / "requirements.txt").read_text()
+    assert (space / "requirements.txt").read_text().splitlines()[0] == requirement
     namespace = {"__name__": "space_app"}
     exec(
         compile((space / "app.py").read_text(), str(space / "app.py"), "exec"), namespace
@@ -514,6 +515,25 @@ def test_written_space_builds_the_page(model, tokenizer, tmp_path, hub):
     api.upload_folder(folder_path=space, repo_id=f"tester/demo-space-{os.getpid()}", repo_type="space")
     files = api.list_repo_files(f"tester/demo-space-{os.getpid()}", repo_type="space")
     assert {"app.py", "requirements.txt", "README.md"} <= set(files)
+
+
+def test_the_space_installs_the_package_from_its_repository(capsys, tmp_path, monkeypatch):
+    """The package is not on PyPI: the Space's requirement is a git URL of the repository that the package's metadata
+    records (pyproject.toml's [project.urls] Repository), or --requirement; with neither, a one-line error and
+    nothing written."""
+    monkeypatch.setattr(demo, "repository_url", lambda: None)
+    assert main(["demo", "--model", "a/b", "--write-space", str(tmp_path / "none")]) == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and "--write-space needs --requirement" in error
+    assert not (tmp_path / "none").exists()
+    monkeypatch.setattr(demo, "repository_url", lambda: "https://github.com/someone/vanilla-transformer")
+    assert main(["demo", "--model", "a/b", "--write-space", str(tmp_path / "url")]) == 0
+    requirements = (tmp_path / "url" / "requirements.txt").read_text().splitlines()
+    assert requirements[0] == "vanilla-transformer[demo] @ git+https://github.com/someone/vanilla-transformer"
+    assert requirements[1] == f"gradio=={gr.__version__}"
+    own = "vanilla-transformer[demo] @ git+https://example.org/fork@v0.1.0"
+    assert main(["demo", "--model", "a/b", "--write-space", str(tmp_path / "own"), "--requirement", own]) == 0
+    assert (tmp_path / "own" / "requirements.txt").read_text().splitlines()[0] == own
 
 
 def test_cli_checks_options_before_loading(capsys, tmp_path, monkeypatch):
@@ -536,4 +556,4 @@ def test_cli_checks_options_before_loading(capsys, tmp_path, monkeypatch):
     (model_dir / "tokenizer.json").write_text("{}")
     assert main(["demo", "--model", str(model_dir)]) == 2
     error = capsys.readouterr().err
-    assert error.count("\n") == 1 and "pip install 'vanilla-transformer[demo]'" in error
+    assert error.count("\n") == 1 and demo.DEMO_HINT in error  # the cli says it in demo.py's words

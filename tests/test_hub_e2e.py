@@ -119,6 +119,9 @@ def train_args(data_dir, output_dir, *extra):
         "true",
         "--test_batch_size",
         "20",
+        # Every checkpoint stays whole: the tests compare the Trainer's pushes with them.
+        "--keep_checkpoints",
+        "all",
         *extra,
     ]
 
@@ -500,6 +503,23 @@ def test_push_command(run, hub, capsys):
     url = capsys.readouterr().out.strip()
     assert HfApi().list_repo_commits(repo)[0].title == "First release" and url.startswith(hub.endpoint)
     assert set(HfApi().list_repo_files(repo)) == EXPECTED_FILES | set(run["results"]["plots"])
+
+
+def test_push_of_a_shipped_model_uploads_its_folder_as_it_is(hub, capsys):
+    """`vanilla-transformer push multi30k-en-de REPO`: the repo holds the folder's files (the card rendered for that
+    repo id, still naming the shipped model), and the package's folder is left exactly as it was."""
+    from vanilla_transformer.shipped import DEFAULT_MODEL, shipped_model_path
+
+    folder = Path(shipped_model_path(DEFAULT_MODEL))
+    before = {p.name: p.read_bytes() for p in folder.iterdir()}
+    repo = f"{hub.user}/{unique('shipped')}"
+    assert cli_main(["push", DEFAULT_MODEL, repo]) == 0, capsys.readouterr().err
+    assert set(HfApi().list_repo_files(repo)) == set(before) | {".gitattributes"}
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
+    card = Path(snapshot_download(repo, allow_patterns=["README.md", "model.safetensors"]))
+    assert (card / "model.safetensors").read_bytes() == before["model.safetensors"]
+    text = (card / "README.md").read_text()
+    assert f'model="{repo}"' in text and f"--model {DEFAULT_MODEL}" in text
 
 
 # ------------------------------------------------------------------------------------------------ errors

@@ -12,7 +12,7 @@ import yaml
 from huggingface_hub import ModelCard
 
 from vanilla_transformer import VanillaTransformerConfig
-from vanilla_transformer.model_card import paper_deviations, render_model_card, write_model_card
+from vanilla_transformer.model_card import local_dataset_name, paper_deviations, render_model_card, write_model_card
 
 
 SIGNATURE = "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0"
@@ -252,9 +252,20 @@ def test_bad_arguments_raise_value_errors(tmp_path):
         render_model_card(tiny_config(), RESULTS, REPO, template_path=tmp_path / "nope.md")
 
 
+def test_a_local_dataset_is_named_by_its_folder_or_as_multi30k_in_a_clone(tmp_path):
+    """The presets read Multi30k from a clone of its repository (README): the card names it Multi30k, whatever the
+    clone is called; other folders by their own name."""
+    for clone in ("multi30k", "dataset"):
+        assert local_dataset_name(tmp_path / clone / "data" / "task1" / "raw") == "multi30k"
+    assert local_dataset_name(tmp_path / "shared" / "data" / "multi30k") == "multi30k"
+    assert local_dataset_name(tmp_path / "my_corpus") == "my_corpus"
+    assert local_dataset_name(tmp_path / "raw") == "raw"
+
+
 def test_final_and_averaged_cards_are_two_models_with_readable_training_tables():
     hyperparameters = {"lr_cooldown_updates": [4730, 5883], "adam_betas": [0.9, 0.98], "bidirectional_steps": None}
-    results = {**RESULTS, "training": {**RESULTS["training"], "hyperparameters": hyperparameters}}
+    # A timed run plans its cool-down to end at update 5,883; the time limit stopped it at 5,860.
+    results = {**RESULTS, "training": {**RESULTS["training"], "steps": 5860, "hyperparameters": hyperparameters}}
     results["dataset"] = {"name": "multi30k", "path": "../shared/data/multi30k", "train_pairs": 29000}
     final = render_model_card(tiny_config(), {**results, "checkpoint_averaging": None})
     averaged = render_model_card(tiny_config(), results)  # RESULTS averages 5 checkpoints
@@ -263,31 +274,35 @@ def test_final_and_averaged_cards_are_two_models_with_readable_training_tables()
     titles = [next(line for line in card.content.splitlines() if line.startswith("# ")) for card in (final, averaged)]
     assert titles == ["# vanilla-transformer-en-de", "# vanilla-transformer-en-de-averaged (average of 5 checkpoints)"]
     text = averaged.content
-    assert "| cool-down updates | 4,730 to 5,883 |" in text and "| Adam betas (paper: 0.9, 0.98) | 0.9, 0.98 |" in text
+    assert (
+        "| cool-down updates | 4,730 to 5,883 (planned; the time limit stopped the run at update 5,860) |" in text
+        and "| Adam betas (paper: 0.9, 0.98) | 0.9, 0.98 |" in text
+    )
     assert "bidirectional" not in text  # not used by the run: no row
+    ended = {**results, "training": {**results["training"], "steps": 5883}}
+    assert "| cool-down updates | 4,730 to 5,883 |" in render_model_card(tiny_config(), ended).content
     assert "[Multi30k](https://github.com/multi30k/dataset), English → German: 29,000 training sentence pairs." in text
     assert "[modeling_vanilla_transformer.py](modeling_vanilla_transformer.py)" in text
 
 
-SHIPPED_CARDS = sorted((Path(__file__).resolve().parents[1] / "model_cards").glob("*/results.json"))
+SHIPPED_CARDS = sorted(
+    (Path(__file__).resolve().parents[1] / "vanilla_transformer" / "pretrained").glob("*/results.json")
+)
 
 
 @pytest.mark.parametrize("results_path", SHIPPED_CARDS, ids=lambda p: p.parent.name)
 def test_the_shipped_cards_are_what_the_template_writes_from_their_results(results_path):
-    """model_cards/*/README.md are the cards `train` wrote for the shipped runs, re-rendered with today's template
-    from the runs' results.json (its BLEU: the run's own scoring, with the generation config saved in that model).
-    `VANILLA_TRANSFORMER_UPDATE_CARDS=1` rewrites them after a template change."""
+    """Each shipped model's card (vanilla_transformer/pretrained/NAME/README.md) is today's template rendered from
+    its results.json (BLEU of the shipped weights on validation and test: bench/ship_model.py), with the model's own
+    config. `VANILLA_TRANSFORMER_UPDATE_CARDS=1` rewrites them after a template change."""
     from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 
     results = json.loads(results_path.read_text())
-    config = VanillaTransformerConfig.from_preset(
-        results["preset"],
-        vocab_size=results["tokenizer"]["vocab_size"],
-        dropout=results["training"]["hyperparameters"]["dropout"],
-    )
+    config = VanillaTransformerConfig.from_pretrained(results_path.parent)
     with torch.device("meta"):
         assert VanillaTransformerForConditionalGeneration(config).num_parameters() == results["num_parameters"]
     card = results_path.parent / "README.md"
+    options = dict(model_name=f"vanilla-transformer-{results['name']}", shipped_name=results["name"])
     if os.environ.get("VANILLA_TRANSFORMER_UPDATE_CARDS"):
-        write_model_card(results_path.parent, config, results)
-    assert ModelCard.load(card).content == render_model_card(config, results).content
+        write_model_card(results_path.parent, config, results, **options)
+    assert ModelCard.load(card).content == render_model_card(config, results, **options).content

@@ -177,6 +177,20 @@ def test_embeddings_scaled_by_sqrt_d_model_plus_positions():
     assert not torch.allclose(unscaled.hidden_states[0], expected, atol=1e-3)
 
 
+def test_a_float64_model_adds_positions_computed_in_float64():
+    """Not float32 values cast up (1e-8 off): the train command's float64 check needs nothing computed in float32."""
+    model = tiny_model("eager").double()
+    ids, mask = padded_batch()
+    out = model.model.encoder(ids, attention_mask=mask, output_hidden_states=True)
+    positions = torch.arange(ids.shape[1])
+    pe = sinusoidal_position_encoding(positions, 32, torch.float64)
+    assert pe.dtype == out.hidden_states[0].dtype == torch.float64
+    embedded = model.model.shared(ids) * math.sqrt(32)
+    assert torch.allclose(out.hidden_states[0], embedded + pe, rtol=0, atol=1e-12)
+    from_float32 = embedded + sinusoidal_position_encoding(positions, 32).double()
+    assert not torch.allclose(out.hidden_states[0], from_float32, rtol=0, atol=1e-12)
+
+
 def test_sinusoidal_model_takes_sequences_longer_than_max_position_embeddings():
     model = tiny_model(max_position_embeddings=8)
     ids = torch.randint(4, 97, (1, 40))

@@ -298,3 +298,34 @@ def test_installed_wheel_trains_with_a_shipped_preset_from_any_directory(fresh_e
         and bad.stderr.strip().count("\n") == 0
         and "--dataset='./nowhere' does not exist" in bad.stderr
     )
+
+
+def test_installed_wheel_translates_with_the_shipped_model_offline(fresh_env, tmp_path):
+    """After installing the wheel, with no network and no training: the README's translate command and its pipeline
+    snippet use the model that ships in the wheel (not the checkout's copy)."""
+    env = subprocess_env(PYTHONPATH="")
+    sentence = "A man is riding a bicycle down the street.\n"
+    command = fresh_env.parent / "vanilla-transformer"
+    translated = subprocess.run(
+        [str(command), "translate", "--model", "multi30k-en-de"],
+        input=sentence,
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert translated.returncode == 0, translated.stderr[-3000:]
+    script = (
+        "import json; from transformers import pipeline; from vanilla_transformer import shipped_model_path;"
+        " path = shipped_model_path('multi30k-en-de');"
+        f" out = pipeline('translation', model=path, trust_remote_code=True)({sentence.strip()!r})[0]['translation_text'];"
+        " print(json.dumps([path, out]))"
+    )
+    piped = subprocess.run(
+        [str(fresh_env), "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert piped.returncode == 0, piped.stderr[-3000:]
+    path, text = json.loads(piped.stdout.strip().splitlines()[-1])
+    assert Path(path).is_relative_to(fresh_env.parent.parent) and not Path(path).is_relative_to(ROOT)
+    assert text == translated.stdout.strip() and ("Fahrrad" in text or "Mann" in text), (text, translated.stdout)

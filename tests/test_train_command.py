@@ -9,7 +9,9 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from helpers import read_multi30k, subprocess_env, write_multi30k_subset
+from safetensors.torch import load_file
 
 from vanilla_transformer import train
 from vanilla_transformer.training.arguments import PRESETS_DIR, default_recipe, parse_args, shipped_presets
@@ -23,28 +25,62 @@ REFERENCE = Path(__file__).resolve().parent / "data" / "reference_losses.json"
 OWN_DATA_MINUTES = 15
 OWN_DATA_MIN_BLEU = 10.0
 
+# Other float64 kernels (ATen's scalar code instead of AVX2, another MKL code path, 2 threads) moved the logged losses by
+# at most 2e-16 here; 1e-9 leaves a margin of a million for other CPUs, and changing one batch, one learning rate or the
+# loss moves them by 7e-6 or more (reference_losses.json, "how").
+RTOL = 1e-9
+
+
+def _float64_run(tmp_path: Path, changes: tuple[str, ...] = ()) -> list[dict]:
+    """The recorded run, with `changes` (flag, value, ...) to its options, trained with float64 as torch's default
+    dtype (parameters, Adam state, loss and logs); its logged losses and learning rates, update by update."""
+    recorded = json.loads(REFERENCE.read_text())
+    args = list(recorded["args"])
+    for flag, value in zip(changes[::2], changes[1::2]):
+        args[args.index(flag) + 1] = value
+    args = ["--label_smoothing_factor" if a == "--label_smoothing" else a for a in args]  # 6ff3192's name
+    data = write_multi30k_subset(tmp_path / "data", {"train": 600, "val": 20})
+    args[args.index("--dataset") + 1] = str(data)
+    args[args.index("--output_dir") + 1] = str(tmp_path / "run")
+    default_dtype = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        train.train(args)
+    finally:
+        torch.set_default_dtype(default_dtype)
+    assert {t.dtype for t in load_file(tmp_path / "run" / "model.safetensors").values()} == {torch.float64}
+    history = json.loads((tmp_path / "run" / "trainer_state.json").read_text())["log_history"]
+    return [{k: h[k] for k in ("step", "loss", "nll_loss", "learning_rate")} for h in history if "loss" in h]
+
 
 def test_losses_step_for_step_as_recorded_before_the_training_layer_moved(tmp_path):
     """A short run with every part of the recipe that touches a step (label smoothing 0.2, subword splitting,
     bidirectional updates, the cool-down, gradient accumulation) logs the losses and learning rates that commit 6ff3192
-    (train.py and trainer.py before `vanilla_transformer/training/`) logged for the same options, one torch thread.
-    The tolerance covers another CPU's float32 kernels (last bits), not a change of batches, rates or loss."""
-    recorded = json.loads(REFERENCE.read_text())
-    args = [
-        a.replace("--label_smoothing", "--label_smoothing_factor") if a == "--label_smoothing" else a
-        for a in recorded["args"]
-    ]
-    data = write_multi30k_subset(tmp_path / "data", {"train": 600, "val": 20})
-    args[args.index("--dataset") + 1] = str(data)
-    args[args.index("--output_dir") + 1] = str(tmp_path / "run")
-    train.train(args)
-    history = json.loads((tmp_path / "run" / "trainer_state.json").read_text())["log_history"]
-    logged = [{k: h[k] for k in ("step", "loss", "nll_loss", "learning_rate")} for h in history if "loss" in h]
-    assert [row["step"] for row in logged] == [row["step"] for row in recorded["losses"]] == list(range(1, 17))
-    for now, then in zip(logged, recorded["losses"]):
+    (train.py and trainer.py before `vanilla_transformer/training/`) logged for the same options, in float64 with one
+    torch thread (reference_losses.json, "how"). Float64, because float32 kernels differ across CPUs in the last bits
+    and 16 updates grow that past 1e-4 (1.6e-4 on an AVX-512 CPU), a tolerance that would hide real changes; float64
+    runs stay within 2e-16 of each other (RTOL)."""
+    recorded = json.loads(REFERENCE.read_text())["losses"]
+    logged = _float64_run(tmp_path)
+    assert [row["step"] for row in logged] == [row["step"] for row in recorded] == list(range(1, 17))
+    for now, then in zip(logged, recorded):
         assert now["learning_rate"] == pytest.approx(then["learning_rate"], rel=1e-12), now["step"]
-        assert now["loss"] == pytest.approx(then["loss"], rel=1e-4), now["step"]
-        assert now["nll_loss"] == pytest.approx(then["nll_loss"], rel=1e-4), now["step"]
+        assert now["loss"] == pytest.approx(then["loss"], rel=RTOL), now["step"]
+        assert now["nll_loss"] == pytest.approx(then["nll_loss"], rel=RTOL), now["step"]
+
+
+@pytest.mark.parametrize(
+    "change",
+    [("--max_tokens", "511"), ("--lr_factor", "2.0001"), ("--label_smoothing", "0.19")],
+    ids=["other-batches", "other-learning-rate", "other-loss"],
+)
+def test_the_loss_comparison_fails_for_another_batch_rate_or_loss(tmp_path, change):
+    """The tolerance is not blind: other batches (from update 3), learning rates 5e-5 apart, or label smoothing 0.19
+    instead of 0.2 move a logged loss by far more than RTOL (7e-6 for the learning rates, the smallest)."""
+    recorded = json.loads(REFERENCE.read_text())["losses"]
+    logged = _float64_run(tmp_path, change)
+    moved = max(abs(now["loss"] - then["loss"]) / then["loss"] for now, then in zip(logged, recorded))
+    assert moved > 1000 * RTOL
 
 
 @pytest.fixture(scope="module")
@@ -158,6 +194,19 @@ def test_help_lists_the_recipe_in_groups_and_help_all_the_trainers_other_options
         assert ("--neftune_noise_alpha" in text) == trainer_only_shown
         # The preset's values are the defaults shown.
         assert "--label_smoothing_factor" in text and "(default: 0.2)" in text
+
+
+def test_help_says_what_the_trainers_options_do_here(capsys):
+    """The stock help of the Trainer's options that this command uses otherwise is replaced: batches of tokens, a
+    resume of this package's checkpoints, a push at the end."""
+    with pytest.raises(SystemExit):
+        parse_args(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for stock in ("Not directly used by Trainer", "per_device_train_batch_size *", "every time the model is saved"):
+        assert stock not in text, stock
+    assert "max_tokens x processes x this many tokens per side" in text
+    assert "--keep_checkpoints {averaged,last,all}" in text and "(default: averaged)" in text
+    assert "true = the newest complete checkpoint of --output_dir" in text
 
 
 def test_an_optional_number_is_set_back_to_none_from_the_command_line(tmp_path):

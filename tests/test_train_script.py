@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import subprocess_env, write_multi30k_subset
+from helpers import MULTI30K, subprocess_env, write_multi30k_subset
 
 from vanilla_transformer import VanillaTransformerForConditionalGeneration, train
 from vanilla_transformer.tokenization import load_tokenizer
@@ -202,9 +202,11 @@ def test_shipped_presets_parse(path):
             k: own[k] for k in ("src_lang", "tgt_lang", "output_dir") if own[k] != recipe[k]
         }
         assert run_args.max_train_minutes == 60 and data_args.test_split == "test_2016_flickr"
+        # The dataset is Multi30k as the README clones it; the tests' copy holds the same files.
+        assert data_args.dataset == "multi30k/data/task1/raw"
         for split in ("train", "val", "test_2016_flickr"):
             for lang in (data_args.src_lang, data_args.tgt_lang):
-                assert (ROOT / data_args.dataset / f"{split}.{lang}.gz").is_file()
+                assert (MULTI30K / f"{split}.{lang}.gz").is_file()
         # Its float32-on-a-CPU options parse and apply on any machine (`--bf16 false --use_cpu` force that case).
         options = own["cpu_float32"]
         parsed = train.parse_args(["--config", str(path), "--bf16", "false", "--use_cpu", "true"])
@@ -342,6 +344,8 @@ def test_an_earlier_run_in_the_output_dir_is_refused_resumed_or_overwritten(data
         "300",
         "--logging_steps",
         "1",
+        "--keep_checkpoints",  # checkpoint-2 stays after the resumed run, to show that it was not written again
+        "all",
     ]
     train.train(_args(data_dir, out, "--max_steps", "2", *short, "--vocab_size", "600"))
     assert json.loads((out / "tokenizer" / "training_settings.json").read_text())["vocab_size"] == 600
@@ -393,11 +397,12 @@ def test_with_a_cool_down_only_its_checkpoints_are_averaged(data_dir, tmp_path):
     # its first, half-trained updates. With a cool-down, the average takes only the checkpoints written during it.
     out = tmp_path / "run"
     short = ["--plots", "false", "--max_train_samples", "300", "--generation_max_length", "5", "--save_steps", "1"]
+    keep_all = ["--keep_checkpoints", "all"]
     results = train.train(
-        _args(data_dir, out, "--max_steps", "6", "--lr_cooldown", "0.5", "--average_last", "10", *short)
+        _args(data_dir, out, "--max_steps", "6", "--lr_cooldown", "0.5", "--average_last", "10", *short, *keep_all)
     )
     assert results["training"]["hyperparameters"]["lr_cooldown_updates"] == [3, 6]
-    assert len(list(out.glob("checkpoint-*"))) == 6  # all written, three of them in the cool-down
+    assert len(list(out.glob("checkpoint-*"))) == 6  # all written (and kept), three of them in the cool-down
     averaging = json.loads((out / "averaged" / "results.json").read_text())["checkpoint_averaging"]
     assert averaging == {
         "num_checkpoints": 3,
@@ -423,6 +428,48 @@ def test_with_a_cool_down_only_its_checkpoints_are_averaged(data_dir, tmp_path):
     )
     averaging = json.loads((out / "averaged" / "results.json").read_text())["checkpoint_averaging"]
     assert averaging["checkpoints"] == ["checkpoint-2", "checkpoint-3", "checkpoint-4"] and averaging["after"] is None
+
+
+def test_a_finished_run_keeps_the_newest_checkpoint_whole_and_the_averaged_ones_weights(data_dir, tmp_path):
+    """--keep_checkpoints averaged (the default): after the report, the newest checkpoint stays whole (a resume
+    continues it), the averaged ones keep their weights (their average is the averaged model, bit for bit) but not
+    their optimizer state, and the others are deleted; a stripped checkpoint is refused for resuming."""
+    from safetensors.torch import load_file
+
+    from vanilla_transformer.averaging import average_checkpoints
+
+    out = tmp_path / "run"
+    short = ["--plots", "false", "--max_train_samples", "300", "--generation_max_length", "5", "--save_steps", "1"]
+    short += ["--logging_steps", "1", "--average_last", "2"]
+    train.train(_args(data_dir, out, "--max_steps", "6", *short))
+    assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-5", "checkpoint-6"]
+    resume_state = {"optimizer.pt", "scheduler.pt", "rng_state.pth"}
+    assert resume_state <= {p.name for p in (out / "checkpoint-6").iterdir()}
+    kept = {p.name for p in (out / "checkpoint-5").iterdir()}
+    assert {"model.safetensors", "trainer_state.json"} <= kept and not resume_state & kept
+    # The stripped checkpoint keeps its time: the Trainer's rotation orders checkpoints by it in a resumed run.
+    assert (out / "checkpoint-5").stat().st_mtime_ns < (out / "checkpoint-6").stat().st_mtime_ns
+    again = average_checkpoints([str(out / "checkpoint-5"), str(out / "checkpoint-6")], str(tmp_path / "again"))
+    averaged, recomputed = (
+        load_file(out / "averaged" / "model.safetensors"),
+        load_file(Path(again) / "model.safetensors"),
+    )
+    assert averaged.keys() == recomputed.keys() and all(torch.equal(averaged[k], recomputed[k]) for k in averaged)
+
+    with pytest.raises(ValueError, match="holds the weights only.*--keep_checkpoints.*--resume_from_checkpoint true"):
+        train.train(
+            _args(data_dir, out, "--max_steps", "8", *short, "--resume_from_checkpoint", str(out / "checkpoint-5"))
+        )
+    # The newest continues: updates 7 and 8 after the first run's 6, then only it is left with --keep_checkpoints last.
+    train.train(
+        _args(
+            data_dir, out, "--max_steps", "8", *short, "--resume_from_checkpoint", "true", "--keep_checkpoints", "last"
+        )
+    )
+    state = json.loads((out / "trainer_state.json").read_text())
+    assert [h["step"] for h in state["log_history"] if "loss" in h] == list(range(1, 9))
+    assert [p.name for p in out.glob("checkpoint-*")] == ["checkpoint-8"]
+    assert resume_state <= {p.name for p in (out / "checkpoint-8").iterdir()}
 
 
 def test_progress_bar_shows_the_time_limit(data_dir, tmp_path, capsys):

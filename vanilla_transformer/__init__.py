@@ -24,6 +24,8 @@ _EXPORTS = {
     "VanillaTransformerForConditionalGeneration": "modeling_vanilla_transformer",
     "VanillaTransformerModel": "modeling_vanilla_transformer",
     "VanillaTransformerPreTrainedModel": "modeling_vanilla_transformer",
+    "shipped_model_path": "shipped",
+    "shipped_models": "shipped",
 }
 COMMAND_LINE_MODULES = ("vanilla_transformer.cli", "vanilla_transformer.train", "vanilla_transformer")
 _registered = False

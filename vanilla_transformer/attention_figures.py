@@ -50,7 +50,9 @@ WORD_MARKERS = ("\u2581", "\u0120")  # "▁" (SentencePiece / Metaspace, this pa
 CONTINUATION = "##"  # shown before a piece that continues a word
 LINE_WIDTH = 4.0  # points, of a line of weight 1 in the self-attention figures
 DPI = 110  # of saved figures: small tick labels stay legible
-PLOT_HINT = "pip install 'vanilla-transformer[plot]'"
+PLOT_HINT = (
+    "install the plot extra: pip install '.[plot]' in the vanilla-transformer clone (or pip install matplotlib)"
+)
 
 
 @dataclass

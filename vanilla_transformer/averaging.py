@@ -61,7 +61,8 @@ def last_checkpoints(run_dir: str, k: int) -> list[str]:
     if k > len(checkpoints):
         raise ValueError(
             f"`k`={k} but `run_dir` {str(run_dir)!r} holds only {len(checkpoints)} checkpoints whose save finished "
-            f"({', '.join(Path(path).name for path in checkpoints)}): lower `k`, or keep more with `save_total_limit`."
+            f"({', '.join(Path(path).name for path in checkpoints)}): lower `k`, or train with a higher "
+            f"`save_total_limit` (and `keep_checkpoints` all)."
         )
     return checkpoints[-k:]
 

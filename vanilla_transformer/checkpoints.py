@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import shutil
 from pathlib import Path
@@ -28,6 +29,9 @@ TRAINING_STATE_FILES = (
     TRAINER_STATE_NAME,
     "training_args.bin",
 )
+# The part of that state that only resuming reads, and that makes a checkpoint three times its model's size (Adam's
+# two moments): what a finished run removes from every checkpoint but the newest (`prune_checkpoints`).
+RESUME_STATE_FILES = ("optimizer.pt", "scheduler.pt", "scaler.pt", "rng_state*.pth")
 
 
 def is_complete_checkpoint(checkpoint: str | Path) -> bool:
@@ -69,3 +73,42 @@ def remove_incomplete_checkpoints(run_dir: str | Path) -> None:
         if CHECKPOINT_RE.match(path.name) and path.is_dir() and not is_complete_checkpoint(path):
             logger.warning("Removing %s: its save did not finish (no %s).", path, TRAINER_STATE_NAME)
             shutil.rmtree(path)
+
+
+def has_resume_state(checkpoint: str | Path) -> bool:
+    """Whether `checkpoint` still holds the optimizer state that resuming restores (`prune_checkpoints` removes it
+    from all but the newest checkpoint of a finished run; the Trainer's `save_only_model` never writes it)."""
+    return (Path(checkpoint) / "optimizer.pt").is_file()
+
+
+def prune_checkpoints(run_dir: str | Path, keep_weights=()) -> dict:
+    """What a finished run keeps of its complete checkpoints: the newest one whole (what resuming takes), the weights
+    of those named in `keep_weights` (names or paths; e.g. the averaged ones), without their `RESUME_STATE_FILES`,
+    and nothing of the others. Their `trainer_state.json` stays, so that a kept checkpoint is still complete, found
+    and averaged as before. Returns {"kept": names kept whole, "weights": names kept as weights, "deleted": names,
+    "freed_bytes": n}.
+
+    A stripped checkpoint keeps its directory's modification time: the Trainer orders checkpoints by it when it
+    rotates them (`save_total_limit`) in a resumed run, and a fresher time would make an old checkpoint look new."""
+    checkpoints = [Path(path) for path in complete_checkpoints(run_dir)]
+    summary = {"kept": [], "weights": [], "deleted": [], "freed_bytes": 0}
+    if not checkpoints:
+        return summary
+    wanted = {Path(name).name for name in keep_weights}
+    for path in checkpoints:
+        if path == checkpoints[-1]:
+            summary["kept"].append(path.name)
+            continue
+        if path.name in wanted:
+            times = path.stat()
+            for pattern in RESUME_STATE_FILES:
+                for item in path.glob(pattern):
+                    summary["freed_bytes"] += item.stat().st_size
+                    item.unlink()
+            os.utime(path, ns=(times.st_atime_ns, times.st_mtime_ns))
+            summary["weights"].append(path.name)
+        else:
+            summary["freed_bytes"] += sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+            shutil.rmtree(path)
+            summary["deleted"].append(path.name)
+    return summary

@@ -11,7 +11,7 @@
     vanilla-transformer score --hypotheses newstest2014.hyp.de --references newstest2014.de --lang de
     vanilla-transformer demo --model runs/en-de [--host 127.0.0.1] [--port 7860] [--share]
     vanilla-transformer demo --model runs/en-de --compare runs/en-de/averaged
-    vanilla-transformer demo --model your-name/transformer-en-de --write-space space/
+    vanilla-transformer demo --model your-name/transformer-en-de --write-space space/ --requirement SPEC
 
 `python -m vanilla_transformer.cli ...` does the same. `vanilla-transformer COMMAND --help` documents every option.
 
@@ -26,7 +26,10 @@ the output is the translation of line i of the input, so the files stay aligned.
   * a line break inside a generated translation (possible with byte-level tokens) is written as a space.
 Sentences are translated in batches of similar length (sorted by length, order restored afterwards); decoding is
 the model's generation config (its beam size and length penalty, and at most source length + 50 tokens, section 6.1)
-unless `--beams` / `--max-new-tokens` say otherwise. A progress bar is drawn on stderr when stderr is a terminal.
+unless the decoding options say otherwise (`--beams`, `--length-penalty`, `--length-penalty-form gnmt`: the
+paper's penalty, `--max-new-tokens`, `--sample --temperature --top-k --top-p --seed`); `--n-best N` writes N
+hypotheses per sentence, one per line: index (from 0), score, text, tab-separated. A progress bar is drawn on stderr
+when stderr is a terminal.
 `--engine ctranslate2` does the same with a model written by `export ctranslate2` (same tokens as `generate`, about
 twice as fast on a CPU; see vanilla_transformer/export_ctranslate2.py).
 """
@@ -36,12 +39,14 @@ from __future__ import annotations
 import argparse
 import difflib
 import logging
+import math
 import sys
 from pathlib import Path
 
 # Only light modules at the top (the standard library, and package modules that import nothing heavy at theirs):
 # the parsers are built without torch, transformers or huggingface_hub, so that `--help` answers at once.
 from .loading import DTYPES, check_model_location
+from .shipped import DEFAULT_MODEL, PRETRAINED_DIR, resolve_model, shipped_models
 
 
 PROG = "vanilla-transformer"
@@ -121,15 +126,185 @@ def write_lines(target: str, lines: list[str]) -> None:
     path.write_bytes(data)
 
 
+# ------------------------------------------------------------------------------------------------ decoding options
+
+# The length penalty's forms, as the model's generation config names them (`length_penalty_form`; the model code
+# defines them: modeling_vanilla_transformer.LENGTH_PENALTY_FORMS, not imported here so that --help stays fast).
+PENALTY_FORMS = ("length", "gnmt")
+SAMPLING_OPTIONS = (("--temperature", "temperature"), ("--top-k", "top_k"), ("--top-p", "top_p"))
+
+
+def add_decoding_options(
+    parser: argparse.ArgumentParser, *, n_best: bool = False, sampling: bool = True, max_new_tokens: bool = False
+) -> None:
+    """The decoding options, spelled alike in every command that decodes (`translate`, `attention`, `demo`,
+    `export`): each defaults to the model's generation config. Each has its generate / fairseq spelling as an alias."""
+    group = parser.add_argument_group("decoding (default: the model's generation config)")
+    group.add_argument(
+        "--beams",
+        "--num-beams",  # generate's and the pipeline's name, written as an option
+        "--num_beams",
+        "--beam",  # fairseq-generate's and onmt_translate's
+        dest="beams",
+        type=int,
+        default=None,
+        metavar="N",
+        help="beam size (1 = greedy)",
+    )
+    group.add_argument(
+        "--length-penalty",
+        "--length_penalty",
+        "--lenpen",  # fairseq-generate's
+        dest="length_penalty",
+        type=float,
+        default=None,
+        metavar="ALPHA",
+        help="length penalty alpha of beam search (the paper's 0.6; 0 = none)",
+    )
+    group.add_argument(
+        "--length-penalty-form",
+        "--length_penalty_form",
+        dest="length_penalty_form",
+        choices=PENALTY_FORMS,
+        default=None,
+        help="how the penalty divides a hypothesis' log-probability: length = |Y|**alpha (transformers, fairseq, "
+        "CTranslate2); gnmt = ((5+|Y|)/6)**alpha (Wu et al. 2016: the paper's, tensor2tensor, OpenNMT-py wu)",
+    )
+    if max_new_tokens:
+        group.add_argument(
+            "--max-new-tokens",
+            "--max_new_tokens",
+            dest="max_new_tokens",
+            type=int,
+            default=None,
+            metavar="N",
+            help="at most N tokens per translation (default: the model's rule, source length + 50)",
+        )
+    if n_best:
+        group.add_argument(
+            "--n-best",
+            "--n_best",
+            "--nbest",  # fairseq-generate's
+            dest="n_best",
+            type=int,
+            default=None,
+            metavar="N",
+            help="write the N best hypotheses of each sentence with their scores, one per line: the sentence's index "
+            "from 0, the score, the text, tab-separated (score: beam search's log P / length penalty; greedy and "
+            "sampling: log P); at most the beam size",
+        )
+    if sampling:
+        group.add_argument(
+            "--sample",
+            "--do-sample",
+            "--do_sample",
+            dest="sample",
+            action="store_true",
+            help="sample each token instead of searching (also implied by --temperature, --top-k, --top-p)",
+        )
+        group.add_argument("--temperature", type=float, default=None, metavar="T", help="sampling temperature (> 0)")
+        group.add_argument(
+            "--top-k",
+            "--top_k",
+            dest="top_k",
+            type=int,
+            default=None,
+            metavar="K",
+            help="sample from the K most likely tokens (0 = all)",
+        )
+        group.add_argument(
+            "--top-p",
+            "--top_p",
+            dest="top_p",
+            type=float,
+            default=None,
+            metavar="P",
+            help="sample from the smallest set of tokens of probability P (0 < P <= 1)",
+        )
+        group.add_argument("--seed", type=int, default=None, help="random seed of sampling (reproducible output)")
+
+
+def decoding_options(args) -> dict:
+    """The `generate` options that the decoding flags of `args` set ({} = the model's generation config), checked:
+    a bad value or combination is a ValueError naming the flag, before anything is loaded."""
+    beams, alpha, form = args.beams, args.length_penalty, args.length_penalty_form
+    n_best = getattr(args, "n_best", None)
+    if beams is not None and beams < 1:
+        raise ValueError(f"--beams must be at least 1, got {beams}.")
+    if alpha is not None and not math.isfinite(alpha):
+        raise ValueError(f"--length-penalty must be a finite number, got {alpha}.")
+    if form == "gnmt" and alpha is not None and alpha < 0:
+        raise ValueError(
+            f"--length-penalty {alpha} with --length-penalty-form gnmt: the GNMT penalty takes alpha >= 0 "
+            "(a negative alpha is for --length-penalty-form length, where it favours shorter hypotheses)."
+        )
+    if n_best is not None:
+        if n_best < 1:
+            raise ValueError(f"--n-best must be at least 1, got {n_best}.")
+        if beams is not None and n_best > beams:
+            raise ValueError(f"--n-best {n_best} is more than --beams {beams}: beam search keeps {beams} hypotheses.")
+    max_new_tokens = getattr(args, "max_new_tokens", None)
+    if max_new_tokens is not None and max_new_tokens < 1:
+        raise ValueError(f"--max-new-tokens must be at least 1, got {max_new_tokens}.")
+    options = {}
+    sampling_given = [flag for flag, name in SAMPLING_OPTIONS if getattr(args, name, None) is not None]
+    if getattr(args, "sample", False) or sampling_given:
+        flag = sampling_given[0] if sampling_given else "--sample"
+        for other, value in (
+            ("--beams", beams if beams != 1 else None),
+            ("--length-penalty", alpha),
+            ("--length-penalty-form", form),
+        ):
+            if value is not None:
+                raise ValueError(
+                    f"{flag} samples one hypothesis token by token; {other} is for beam search: give one or the other."
+                )
+        if args.temperature is not None and not args.temperature > 0:
+            raise ValueError(f"--temperature must be above 0, got {args.temperature}.")
+        if args.top_k is not None and args.top_k < 0:
+            raise ValueError(f"--top-k must be 0 (all tokens) or more, got {args.top_k}.")
+        if args.top_p is not None and not 0 < args.top_p <= 1:
+            raise ValueError(f"--top-p must be in (0, 1], got {args.top_p}.")
+        options.update(do_sample=True, num_beams=1)
+        for _, name in SAMPLING_OPTIONS:
+            if getattr(args, name) is not None:
+                options[name] = getattr(args, name)
+    elif getattr(args, "seed", None) is not None:
+        raise ValueError(
+            "--seed is for sampling (--sample, --temperature, --top-k, --top-p): search is deterministic."
+        )
+    for name, value in (("num_beams", beams), ("length_penalty", alpha), ("length_penalty_form", form)):
+        if value is not None and name not in options:
+            options[name] = value
+    if max_new_tokens is not None:
+        options["max_new_tokens"] = max_new_tokens
+    return options
+
+
+def check_n_best(n_best: int | None, options: dict, generation_config) -> None:
+    """--n-best against the beam the model will search with (the flag's, else its generation config's)."""
+    if n_best is None or options.get("do_sample"):
+        return
+    beams = options.get("num_beams", generation_config.num_beams or 1)
+    if n_best > beams:
+        raise ValueError(
+            f"--n-best {n_best} is more than the beam size {beams} (the model's generation config; --beams sets it): "
+            f"beam search keeps {beams} hypotheses."
+        )
+
+
+def apply_decoding(generation_config, options: dict) -> None:
+    """Decoding flags into a model's generation config (for the commands that read it: `demo`, `export`)."""
+    for name, value in options.items():
+        setattr(generation_config, name, value)
+
+
 def cmd_translate(args) -> int:
     if args.batch_size < 1:
         raise ValueError(f"--batch-size must be at least 1, got {args.batch_size}.")
-    if args.beams is not None and args.beams < 1:
-        raise ValueError(f"--beams must be at least 1, got {args.beams}.")
-    if args.max_new_tokens is not None and args.max_new_tokens < 1:
-        raise ValueError(f"--max-new-tokens must be at least 1, got {args.max_new_tokens}.")
+    options = decoding_options(args)
     if args.engine == "ctranslate2":
-        return cmd_translate_ctranslate2(args)
+        return cmd_translate_ctranslate2(args, options)
     if args.compute_type is not None:
         raise ValueError("--compute-type is for --engine ctranslate2; with transformers use --dtype.")
     from .loading import load_model, resolve_device
@@ -146,14 +321,22 @@ def cmd_translate(args) -> int:
     )
     from .translate import translate
 
-    generate_kwargs = {}
-    if args.beams is not None:
-        generate_kwargs["num_beams"] = args.beams
-    if args.max_new_tokens is not None:
-        generate_kwargs["max_new_tokens"] = args.max_new_tokens
+    check_n_best(args.n_best, options, model.generation_config)
+    if args.seed is not None:
+        import torch
+
+        torch.manual_seed(args.seed)
     translations = translate(
-        model, tokenizer, lines, batch_size=args.batch_size, progress=sys.stderr.isatty(), **generate_kwargs
+        model,
+        tokenizer,
+        lines,
+        batch_size=args.batch_size,
+        progress=sys.stderr.isatty(),
+        n_best=args.n_best,
+        **options,
     )
+    if args.n_best is not None:  # one line per hypothesis: index, score, text (fairseq-generate's H- lines' fields)
+        translations = [f"{i}\t{score:.6f}\t{text}" for i, hyps in enumerate(translations) for score, text in hyps]
     write_lines(args.output, translations)
     return 0
 
@@ -161,7 +344,7 @@ def cmd_translate(args) -> int:
 # ------------------------------------------------------------------------------------------------ ctranslate2
 
 
-def cmd_translate_ctranslate2(args) -> int:
+def cmd_translate_ctranslate2(args, options: dict) -> int:
     """`translate --engine ctranslate2`: the same input and output handling, decoding by CTranslate2."""
     from .export_ctranslate2 import CTranslate2Model, import_ctranslate2, translate_ctranslate2
 
@@ -173,6 +356,16 @@ def cmd_translate_ctranslate2(args) -> int:
             )
     if args.trust_remote_code:
         raise ValueError("--trust-remote-code is for --engine transformers: a CTranslate2 model runs no model code.")
+    # CTranslate2 has beam search with the length ** alpha penalty and a length limit; what this engine reproduces of
+    # `generate` is that (export_ctranslate2.py), not n-best lists, sampling or the GNMT penalty.
+    if options.get("length_penalty_form") == "gnmt":
+        raise ValueError(
+            "--length-penalty-form gnmt: CTranslate2 has only the length form (|Y| ** alpha); translate with "
+            "--engine transformers for the GNMT penalty."
+        )
+    if args.n_best is not None or options.get("do_sample"):
+        flag = "--n-best" if args.n_best is not None else "--sample/--temperature/--top-k/--top-p"
+        raise ValueError(f"{flag} is for --engine transformers; --engine ctranslate2 writes the best translation.")
     if args.device not in ("auto", "cpu", "cuda"):
         raise ValueError(f"--device {args.device!r}: CTranslate2 takes auto, cpu or cuda.")
     if not Path(args.model).is_dir():
@@ -193,8 +386,9 @@ def cmd_translate_ctranslate2(args) -> int:
         model,
         lines,
         batch_size=args.batch_size,
-        num_beams=args.beams,
-        max_new_tokens=args.max_new_tokens,
+        num_beams=options.get("num_beams"),
+        length_penalty=options.get("length_penalty"),
+        max_new_tokens=options.get("max_new_tokens"),
         progress=sys.stderr.isatty(),
     )
     write_lines(args.output, translations)
@@ -204,6 +398,7 @@ def cmd_translate_ctranslate2(args) -> int:
 def cmd_export_ctranslate2(args) -> int:
     from .export_ctranslate2 import export_ctranslate2
 
+    options = decoding_options(args)
     check_model_location(args.model, option="MODEL_DIR_OR_REPO")  # before ctranslate2 and torch are imported
     try:
         path = export_ctranslate2(
@@ -213,6 +408,7 @@ def cmd_export_ctranslate2(args) -> int:
             force=args.force,
             revision=args.revision,
             trust_remote_code=args.trust_remote_code,
+            decoding=options,
         )
     except ImportError as error:
         raise ValueError(str(error)) from None
@@ -233,13 +429,14 @@ def add_export_parser(commands) -> None:
         "ctranslate2",
         help="CTranslate2 (OpenNMT, Argos Translate / LibreTranslate): ~2x faster CPU decoding",
         description="Write the model as a CTranslate2 model directory, with its tokenizer and the decoding settings "
-        "of the model's generation config, for `translate --engine ctranslate2` or any CTranslate2 runtime. Needs the ct2 extra: pip install 'vanilla-transformer[ct2]'.",
+        "of the model's generation config, for `translate --engine ctranslate2` or any CTranslate2 runtime. Needs the ct2 extra (pip install '.[ct2]' in the clone).",
     )
     c.add_argument(
         "model",
+        type=resolve_model,
         metavar="MODEL_DIR_OR_REPO",
-        help="checkpoint directory (`vanilla-transformer train`'s --output_dir, averaged/, a checkpoint-N) or Hub repo id, "
-        "with its tokenizer",
+        help="a shipped model's name, a checkpoint directory (`vanilla-transformer train`'s --output_dir, averaged/, a "
+        "checkpoint-N) or a Hub repo id, with its tokenizer",
     )
     c.add_argument("output_dir", metavar="OUTPUT_DIR", help="directory to write (must not exist, unless --force)")
     c.add_argument(
@@ -249,6 +446,7 @@ def add_export_parser(commands) -> None:
         help="weight type stored (default float32; int8 is ~4x smaller and faster on CPUs)",
     )
     c.add_argument("--force", action="store_true", help="replace OUTPUT_DIR if it exists")
+    add_decoding_options(c, sampling=False)  # the decoding settings written with the model
     add_checkpoint_options(c)
     c.set_defaults(func=cmd_export_ctranslate2, command_parser=c)
 
@@ -306,8 +504,9 @@ def cmd_attention(args) -> int:
         require_matplotlib()
     except ImportError as error:
         raise ValueError(str(error)) from None
-    if args.beams is not None and args.beams < 1:
-        raise ValueError(f"--beams must be at least 1, got {args.beams}.")
+    options = decoding_options(args)
+    if args.target is not None and options:
+        raise ValueError("the decoding options are for the model's own translation: --target gives the translation.")
     output = Path(args.output)
     if not output.parent.is_dir():
         raise ValueError(
@@ -334,7 +533,11 @@ def cmd_attention(args) -> int:
     model, tokenizer = load_model(
         args.model, revision=args.revision, device=args.device, trust_remote_code=args.trust_remote_code
     )
-    weights = attention_weights(model, tokenizer, args.source, args.target, num_beams=args.beams)
+    if args.seed is not None:
+        import torch
+
+        torch.manual_seed(args.seed)
+    weights = attention_weights(model, tokenizer, args.source, args.target, **options)
     draw_attention(weights, args.kind, args.layer, args.heads).savefig(output, dpi=DPI)
     if weights.generated:
         print(f"translation: {weights.translation}")
@@ -372,8 +575,14 @@ def cmd_score(args) -> int:
 # ------------------------------------------------------------------------------------------------ demo
 
 
+def _display_name(model: str) -> str:
+    """A shipped model by its short name (its directory is deep in site-packages), any other model as given."""
+    return Path(model).name if Path(model).parent == PRETRAINED_DIR else model
+
+
 def cmd_demo(args) -> int:
     """The web page (vanilla_transformer/demo.py, docs/demo.md), or with --write-space a Space that runs it."""
+    decoding = decoding_options(args)  # the page's "model default" decoding, and its controls' first values
     if not 0 <= args.port <= 65535:
         raise ValueError(f"--port must be between 0 and 65535 (0: the first free one from 7860 up), got {args.port}.")
     if not args.host.strip():
@@ -381,11 +590,13 @@ def cmd_demo(args) -> int:
     if args.write_space is not None:
         if args.compare is not None:
             raise ValueError("--compare is for the page served here: --write-space writes a Space for one model.")
-        from .demo import DEFAULT_REQUIREMENT, write_space
+        if decoding:
+            raise ValueError(
+                "the decoding options are for the page served here: a Space decodes as its model's config."
+            )
+        from .demo import write_space
 
-        path = write_space(
-            args.write_space, args.model, revision=args.revision, requirement=args.requirement or DEFAULT_REQUIREMENT
-        )
+        path = write_space(args.write_space, args.model, revision=args.revision, requirement=args.requirement)
         print(f"Space written in {path}: upload it with `hf upload --repo-type space NAME {path}`")
         return 0
     if args.requirement is not None:
@@ -399,23 +610,29 @@ def cmd_demo(args) -> int:
     try:
         import gradio  # noqa: F401
     except ImportError:
-        raise ValueError("the demo needs gradio: pip install 'vanilla-transformer[demo]'") from None
+        # demo.DEMO_HINT's words (demo.py is not imported here: it loads torch)
+        raise ValueError(
+            "the demo needs gradio: install the demo extra: pip install '.[demo]' in the vanilla-transformer clone "
+            "(or pip install gradio)"
+        ) from None
     from .demo import build_demo, launch_demo, vocabulary_difference
     from .loading import load_model
 
     options = dict(revision=args.revision, device=args.device, trust_remote_code=args.trust_remote_code)
     model, tokenizer = load_model(args.model, **options)
+    apply_decoding(model.generation_config, decoding)
     compare = None
     if args.compare is not None:
         model_b, tokenizer_b = load_model(args.compare, **options)
+        apply_decoding(model_b.generation_config, decoding)
         difference = vocabulary_difference(tokenizer, tokenizer_b)
         if difference:
             raise ValueError(
                 f"--compare {args.compare!r} has another vocabulary than --model {args.model!r} ({difference}): the "
                 "two models must share one tokenizer to translate the same tokens."
             )
-        compare = (model_b, tokenizer_b, args.compare)
-    blocks = build_demo(model, tokenizer, model_name=args.model, compare=compare)
+        compare = (model_b, tokenizer_b, _display_name(args.compare))
+    blocks = build_demo(model, tokenizer, model_name=_display_name(args.model), compare=compare)
     launch_demo(blocks, host=args.host, port=args.port or None, share=args.share)
     return 0
 
@@ -446,25 +663,18 @@ def add_translate_parser(commands) -> None:
     t.add_argument(
         "--model",
         required=True,
-        metavar="PATH_OR_REPO",
-        help="checkpoint directory (`vanilla-transformer train`'s --output_dir, averaged/, a checkpoint-N) or Hub repo id; "
-        "the tokenizer is loaded from the same place",
+        type=resolve_model,
+        metavar="NAME_PATH_OR_REPO",
+        help="a shipped model's name ("
+        + ", ".join(shipped_models())
+        + "), a checkpoint directory (`vanilla-transformer "
+        "train`'s --output_dir, averaged/, a checkpoint-N) or a Hub repo id; the tokenizer is loaded from the same place",
     )
     t.add_argument(
         "--input", default="-", metavar="FILE", help="UTF-8 text, one sentence per line; '-' = stdin (default)"
     )
     t.add_argument(
         "--output", default="-", metavar="FILE", help="where to write one translation per line; '-' = stdout (default)"
-    )
-    t.add_argument(
-        "--beams",
-        "--num-beams",  # generate's and the pipeline's name, written as an option
-        "--num_beams",
-        dest="beams",
-        type=int,
-        default=None,
-        metavar="N",
-        help="beam size (default: the model's generation config; 1 = greedy)",
     )
     t.add_argument("--batch-size", type=int, default=32, metavar="N", help="sentences per batch (default 32)")
     t.add_argument(
@@ -494,13 +704,7 @@ def add_translate_parser(commands) -> None:
         help="--engine ctranslate2: type to compute in, e.g. int8, float32, bfloat16 (default: the "
         "exported weight type)",
     )
-    t.add_argument(
-        "--max-new-tokens",
-        type=int,
-        default=None,
-        metavar="N",
-        help="at most N tokens per translation (default: the model's rule, source length + 50)",
-    )
+    add_decoding_options(t, n_best=True, max_new_tokens=True)
     add_checkpoint_options(t)
     t.set_defaults(func=cmd_translate, command_parser=t)
 
@@ -517,7 +721,9 @@ def add_push_parser(commands) -> None:
     )
     p.add_argument(
         "output_dir",
-        help="`vanilla-transformer train`'s --output_dir, or a save_pretrained directory holding the tokenizer",
+        type=resolve_model,
+        help="a shipped model's name, `vanilla-transformer train`'s --output_dir, or a save_pretrained directory "
+        "holding the tokenizer",
     )
     p.add_argument(
         "repo_id", help="'namespace/name' on the Hub ('name' alone: your own namespace); created if missing"
@@ -537,7 +743,8 @@ def add_push_parser(commands) -> None:
     p.add_argument(
         "--commit-message",
         default=None,
-        help="commit title (default: vanilla_transformer.hub.DEFAULT_COMMIT_MESSAGE)",
+        # hub.DEFAULT_COMMIT_MESSAGE's words (hub.py is not imported for --help; tests/test_cli.py checks them).
+        help="commit title (default: 'Upload model trained with vanilla-transformer')",
     )
     p.add_argument(
         "--results",
@@ -572,8 +779,9 @@ def add_attention_parser(commands) -> None:
     a.add_argument(
         "--model",
         required=True,
-        metavar="PATH_OR_REPO",
-        help="checkpoint directory or Hub repo id (with its tokenizer)",
+        type=resolve_model,
+        metavar="NAME_PATH_OR_REPO",
+        help="a shipped model's name, a checkpoint directory or a Hub repo id (with its tokenizer)",
     )
     a.add_argument("--output", required=True, metavar="FILE.png", help="where to write the figure (PNG, SVG, PDF)")
     a.add_argument("--target", default=None, help="the translation to analyse (default: the model's own)")
@@ -591,17 +799,8 @@ def add_attention_parser(commands) -> None:
         help="layer index from 0 (negative: from the last, -1 = last); default: every layer",
     )
     a.add_argument("--heads", default="all", metavar="all|0,3", help="heads to draw: 'all' (default) or indices")
-    a.add_argument(
-        "--beams",
-        "--num-beams",
-        "--num_beams",
-        dest="beams",
-        type=int,
-        default=None,
-        metavar="N",
-        help="beam size for the model's translation (default: its generation config's, as `translate`; 1 = greedy)",
-    )
     a.add_argument("--device", default="auto", help="torch device: auto (default), cpu, cuda, mps")
+    add_decoding_options(a, max_new_tokens=True)  # for the model's translation (without --target)
     add_checkpoint_options(a)
     a.set_defaults(func=cmd_attention, command_parser=a)
 
@@ -631,19 +830,22 @@ def add_demo_parser(commands) -> None:
         help="a web page that translates and shows attention, beam search steps and word alignment",
         description="Serve a Gradio page for a model: translate what a visitor types (the model's decoding, or "
         "greedy / beam / sampling), with its cross-, encoder and decoder attention per layer and head, the beam "
-        "search step by step, and a word alignment read from the cross-attention. Needs the demo extra: pip install "
-        "'vanilla-transformer[demo]'. See docs/demo.md.",
+        "search step by step, and a word alignment read from the cross-attention. Needs the demo extra (pip install "
+        "'.[demo]' in the clone). See docs/demo.md.",
     )
     d.add_argument(
         "--model",
-        required=True,
-        metavar="PATH_OR_REPO",
-        help="checkpoint directory or Hub repo id (with its tokenizer); with --write-space a Hub repo id",
+        default=DEFAULT_MODEL,
+        type=resolve_model,
+        metavar="NAME_PATH_OR_REPO",
+        help=f"a shipped model's name (default {DEFAULT_MODEL}), a checkpoint directory or a Hub repo id (with its "
+        "tokenizer); with --write-space a Hub repo id",
     )
     d.add_argument(
         "--compare",
         default=None,
-        metavar="PATH_OR_REPO",
+        type=resolve_model,
+        metavar="NAME_PATH_OR_REPO",
         help="a second model shown beside --model (e.g. the averaged model of the same run), loaded with the same "
         "--device, --revision and --trust-remote-code; it must have --model's vocabulary",
     )
@@ -662,9 +864,11 @@ def add_demo_parser(commands) -> None:
         "--requirement",
         default=None,
         metavar="SPEC",
-        help="with --write-space: how the Space installs this package (default 'vanilla-transformer[demo]'; "
-        "e.g. a git+https:// URL)",
+        help="with --write-space: the line of the Space's requirements.txt that installs this package, e.g. "
+        "'vanilla-transformer[demo] @ git+https://github.com/YOUR_NAME/vanilla-transformer' (default: the same line "
+        "with the Repository URL of the package's metadata; required where the metadata records none)",
     )
+    add_decoding_options(d, sampling=False)  # the page's "model default" decoding
     add_checkpoint_options(d)
     d.set_defaults(func=cmd_demo, command_parser=d)
 

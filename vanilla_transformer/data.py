@@ -71,7 +71,7 @@ def load_parallel_corpus(
     Args:
         source: where the pairs are:
             - a directory of line files `{split}.{lang}` or `{split}.{lang}.gz` (one sentence per line,
-              line N of one language translating line N of the other), e.g. ../shared/data/multi30k;
+              line N of one language translating line N of the other), e.g. Multi30k's `data/task1/raw`;
             - a directory with one table file per split, `{split}.tsv[.gz]` or `{split}.jsonl[.gz]`;
             - a single `.tsv[.gz]`, `.jsonl[.gz]` or `.json` file (one split: pass one name in `splits`);
             - a directory written by `Dataset.save_to_disk` / `DatasetDict.save_to_disk`;

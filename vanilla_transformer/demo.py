@@ -1,7 +1,7 @@
 """The web demo: a Gradio page that translates what a visitor types and shows how the model got there.
 
     vanilla-transformer demo --model runs/en-de            # http://127.0.0.1:7860
-    vanilla-transformer demo --model your-name/transformer-en-de --write-space space/
+    vanilla-transformer demo --model your-name/transformer-en-de --write-space space/ --requirement SPEC
     vanilla-transformer demo --model runs/en-de --compare runs/en-de/averaged   # two models side by side
 
 See docs/demo.md for what each view shows. The page has five views of one translation, all read from one call of
@@ -24,7 +24,7 @@ With a second model (`build_demo(..., compare=...)`) the page translates with bo
 translations side by side, each built by the same functions as for one model.
 
 This module's functions return data and HTML and need no browser; `build_demo` wires them into Gradio, imported
-only there (the `demo` extra: pip install 'vanilla-transformer[demo]').
+only there (the `demo` extra).
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ from .attention_figures import CONTINUATION, AttentionWeights, attention_weights
 
 logger = logging.getLogger(__name__)
 
-DEMO_HINT = "pip install 'vanilla-transformer[demo]'"
+DEMO_HINT = "install the demo extra: pip install '.[demo]' in the vanilla-transformer clone (or pip install gradio)"
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 7860
 DIGITS = 4  # decimals of the weights shown (and of their data-w attributes)
@@ -168,7 +168,15 @@ class Step:
     attention: list[float] | None = None  # where the translation's token of this step looked (cross, one layer)
 
 
-def decoding_steps(model, tokenizer, generation, recorder: StepRecorder, eos_token_ids, length_penalty: float):
+def decoding_steps(
+    model,
+    tokenizer,
+    generation,
+    recorder: StepRecorder,
+    eos_token_ids,
+    length_penalty: float,
+    length_penalty_form: str = "length",
+):
     """The candidates of every step of the `generate` call that returned `generation` (with `output_scores=True`
     and `return_dict_in_generate=True`, `recorder` among its logits processors).
 
@@ -201,6 +209,8 @@ def decoding_steps(model, tokenizer, generation, recorder: StepRecorder, eos_tok
             steps[-1].candidates[0].final = True
         return steps
     beams = recorder.running[0].shape[0]
+    # The GNMT form (tensor2tensor's search): any ending candidate of the 2 x beams may finish, not only the best.
+    gnmt = length_penalty_form == "gnmt"
     vocab = scores[0].shape[-1]
     keep = max(2, 1 + len(eos_token_ids)) * beams  # generate's `beams_to_keep`
     length_limited = not any(t in eos_token_ids for t in final[1:])  # the search ended at its length limit
@@ -222,9 +232,9 @@ def decoding_steps(model, tokenizer, generation, recorder: StepRecorder, eos_tok
             if tuple(ids) in following:
                 candidate.status = "kept"
                 next_running[tuple(ids)] = top[rank]
-            elif rank < beams and (token in eos_token_ids or (last and length_limited)):
+            elif (rank < beams or gnmt) and (token in eos_token_ids or (last and length_limited)):
                 candidate.status = "ended"
-                candidate.score = value / ((t + 1) ** length_penalty)
+                candidate.score = value / (((5 + t + 1) / 6 if gnmt else t + 1) ** length_penalty)
                 candidate.final = tuple(i for i in ids if i not in eos_token_ids) == final_ids
             candidates.append(candidate)
         steps.append(Step(t, candidates))
@@ -251,6 +261,7 @@ class Result:
     weights: AttentionWeights | None = None
     steps: list[Step] = field(default_factory=list)
     num_beams: int = 1
+    length_penalty_form: str = "length"  # how ended hypotheses were scored: "length" or "gnmt"
 
 
 @torch.no_grad()
@@ -266,6 +277,7 @@ def run_translation(model, tokenizer, text: str, decoding: Decoding | None = Non
     config = model.generation_config
     num_beams = kwargs.get("num_beams", config.num_beams or 1)
     length_penalty = kwargs.get("length_penalty", config.length_penalty if config.length_penalty is not None else 1.0)
+    form = kwargs.get("length_penalty_form", getattr(config, "length_penalty_form", None) or "length")
     recorder = StepRecorder()
     if kwargs.get("do_sample"):
         torch.manual_seed(int(decoding.seed))
@@ -280,12 +292,12 @@ def run_translation(model, tokenizer, text: str, decoding: Decoding | None = Non
     )
     eos = config.eos_token_id if config.eos_token_id is not None else tokenizer.eos_token_id
     eos_ids = set(eos) if isinstance(eos, list | tuple) else {eos}
-    steps = decoding_steps(model, tokenizer, weights.generation, recorder, eos_ids, length_penalty)
+    steps = decoding_steps(model, tokenizer, weights.generation, recorder, eos_ids, length_penalty, form)
     mean = weights.cross[-1].mean(dim=0)  # last layer, mean of the heads: [target, source]
     for step in steps:
         if step.index < mean.shape[0]:
             step.attention = mean[step.index].tolist()
-    return Result(source, weights.translation, notice, weights, steps, num_beams)
+    return Result(source, weights.translation, notice, weights, steps, num_beams, form)
 
 
 # ------------------------------------------------------------------------------------------------ HTML
@@ -372,10 +384,15 @@ def steps_html(result: Result) -> str:
         return "<p class=vt-legend>Nothing decoded yet.</p>"
     weights = result.weights
     beam = result.num_beams > 1
+    penalty = (
+        "((5 + length) / 6)<sup>length penalty</sup> (GNMT)"
+        if result.length_penalty_form == "gnmt"
+        else "length<sup>length penalty</sup>"
+    )
     intro = (
         f"Beam search with {result.num_beams} beams: at each step the {2 * result.num_beams} best continuations of "
         "the running beams by cumulative log-probability; <b>kept</b> ones continue, <b>ended</b> ones (&lt;/s&gt;) "
-        "compete on log-probability / length<sup>length penalty</sup>, the rest are <b>dropped</b>. "
+        f"compete on log-probability / {penalty}, the rest are <b>dropped</b>. "
         "\u2605 marks the returned translation."
         if beam
         else "One hypothesis: at each step the chosen token and the most likely others, with their log-probabilities."
@@ -764,16 +781,46 @@ The vanilla-transformer demo for [{repo_id}](https://huggingface.co/{repo_id}): 
 attention, step through the beam search, read the word alignment.
 """
 
-DEFAULT_REQUIREMENT = "vanilla-transformer[demo]"
+
+def repository_url() -> str | None:
+    """The project's repository as the installed package's metadata records it (`Repository` in pyproject.toml's
+    `[project.urls]`), or None where it records none."""
+    from importlib.metadata import PackageNotFoundError, metadata
+
+    try:
+        entries = metadata("vanilla-transformer").get_all("Project-URL") or []
+    except PackageNotFoundError:
+        return None
+    for entry in entries:
+        label, _, url = entry.partition(",")
+        if label.strip().lower() == "repository" and url.strip():
+            return url.strip()
+    return None
 
 
-def write_space(
-    directory, repo_id: str, *, revision: str | None = None, requirement: str = DEFAULT_REQUIREMENT
-) -> Path:
+def space_requirement(requirement: str | None = None) -> str:
+    """The line of the Space's requirements.txt that installs this package with its demo extra: `requirement`, or
+    the project's repository as a git URL. The package is not on PyPI, so a bare `vanilla-transformer[demo]` would
+    not resolve; without a repository URL in the package's metadata `requirement` must be given."""
+    if requirement is None:
+        url = repository_url()
+        if url is None:
+            raise ValueError(
+                "--write-space needs --requirement: vanilla-transformer is not on PyPI and this installation records "
+                "no repository URL, so say how the Space installs it, e.g. --requirement "
+                "'vanilla-transformer[demo] @ git+https://github.com/YOUR_NAME/vanilla-transformer'."
+            )
+        requirement = f"vanilla-transformer[demo] @ git+{url}"
+    if not requirement.strip() or "\n" in requirement:
+        raise ValueError(f"--requirement {requirement!r}: pass one requirement line (a pip requirement or URL).")
+    return requirement.strip()
+
+
+def write_space(directory, repo_id: str, *, revision: str | None = None, requirement: str | None = None) -> Path:
     """Write a Gradio Space for the Hub model `repo_id` into `directory` (created; must be empty if it exists):
-    `app.py` (loads the model and runs this demo), `requirements.txt` (`requirement`: the package with its demo
-    extra, e.g. a pinned version or a `git+https://...` URL) and `README.md` (the Space's metadata). Upload it with
-    `hf upload --repo-type space NAME DIRECTORY`."""
+    `app.py` (loads the model and runs this demo), `requirements.txt` (`space_requirement(requirement)`: the package
+    with its demo extra, from a `git+https://...` URL or wherever `requirement` says) and `README.md` (the Space's
+    metadata). Upload it with `hf upload --repo-type space NAME DIRECTORY`."""
     if not isinstance(repo_id, str) or not repo_id.strip() or repo_id.count("/") > 1:
         raise ValueError(
             f"--model {repo_id!r}: a Space loads its model from the Hub; pass a repo id 'namespace/name'."
@@ -781,6 +828,7 @@ def write_space(
     path = Path(directory)
     if path.exists() and (not path.is_dir() or any(path.iterdir())):
         raise ValueError(f"--write-space {str(directory)!r} exists and is not an empty directory: pass a new one.")
+    requirement = space_requirement(requirement)
     try:
         from importlib.metadata import version
 
@@ -809,7 +857,9 @@ __all__ = [
     "decoding_steps",
     "launch_demo",
     "prepare_source",
+    "repository_url",
     "run_translation",
+    "space_requirement",
     "steps_html",
     "vocabulary_difference",
     "word_alignment",

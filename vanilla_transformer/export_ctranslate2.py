@@ -9,7 +9,7 @@ specification API (`ctranslate2.specs.TransformerSpec` and a `ctranslate2.conver
     vanilla-transformer translate --engine ctranslate2 --model runs/en-de-ct2 < test.en > test.de
 
 or from Python, `export_ctranslate2(model_dir, output_dir)` and `translate_ctranslate2(output_dir, sentences)`.
-Needs the `ct2` extra: `pip install vanilla-transformer[ct2]`.
+Needs the `ct2` extra: `pip install ".[ct2]"` in the clone of vanilla-transformer.
 
 What the export maps (the paper's model, section 3): N encoder and decoder layers, post-norm (or pre-norm with the
 final norms, `normalize_before`), ReLU (or the configured activation), W_Q/W_K/W_V/W_O without biases (or with,
@@ -50,6 +50,12 @@ is cut where `generate` forces `</s>`. A trained model rarely reaches the limit.
 With an explicit maximum (`max_new_tokens`) `generate` has no per-sentence rule and stops at that length exactly as
 CTranslate2 does. Checked by the tests: greedy and beam-4 tokens equal `generate`'s, scores to 1e-4.
 
+**The GNMT penalty has no CTranslate2 counterpart.** CTranslate2 divides by length ** alpha only; a model whose
+generation config decodes with `length_penalty_form="gnmt"` (the WMT14 presets: the paper's decoding) is refused at
+export with a one-line error, unless the export is asked for the length form (`--length-penalty-form length`, and
+`--length-penalty`): its scores and, at times, its translations then differ from the model's own decoding, by choice.
+`translate --engine ctranslate2 --length-penalty-form gnmt` is refused likewise.
+
 **torch and CTranslate2 in one process.** Both ship their own OpenMP runtime. When torch is imported first,
 CTranslate2's threads run in torch's runtime and both are slower; `import_ctranslate2()` (used by everything here)
 loads CTranslate2 with its own runtime when torch is already loaded (`RTLD_DEEPBIND`), and the benchmark times each
@@ -58,6 +64,7 @@ engine in its own process.
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import math
@@ -75,7 +82,9 @@ SETTINGS_FILE = "vanilla_transformer_ct2.json"
 TOKENIZER_FILE = "tokenizer.json"
 QUANTIZATIONS = ("float32", "int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16")
 ACTIVATIONS = {"relu": "RELU", "gelu": "GELU", "gelu_new": "GELUTanh", "silu": "SWISH", "swish": "SWISH"}
-INSTALL_HINT = "install the `ct2` extra: pip install 'vanilla-transformer[ct2]' (or pip install ctranslate2)"
+INSTALL_HINT = (
+    "install the `ct2` extra: pip install '.[ct2]' in the vanilla-transformer clone (or pip install ctranslate2)"
+)
 
 
 def import_ctranslate2():
@@ -202,9 +211,15 @@ def build_spec(model, table_length: int):
     return spec
 
 
-def _generation_settings(model, tokenizer, source_limit: int, table_length: int) -> dict:
-    """What `translate_ctranslate2` needs to decode as `generate` does with the model's generation config."""
-    generation = model.generation_config
+def _generation_settings(generation, tokenizer, source_limit: int, table_length: int) -> dict:
+    """What `translate_ctranslate2` needs to decode as `generate` does with the generation config `generation`."""
+    form = getattr(generation, "length_penalty_form", None) or "length"
+    if form != "length" and (generation.num_beams or 1) > 1:
+        raise ValueError(
+            f"the model decodes with the {form} length penalty (generation_config.length_penalty_form={form!r}), "
+            "which CTranslate2 does not have (it divides by length ** alpha): export with --length-penalty-form length "
+            "(and --length-penalty ALPHA) to decode with that form, or translate with --engine transformers."
+        )
     early_stopping = getattr(generation, "early_stopping", True)
     if (generation.num_beams or 1) > 1 and early_stopping is not True:
         raise ValueError(
@@ -223,6 +238,7 @@ def _generation_settings(model, tokenizer, source_limit: int, table_length: int)
         "format": 1,
         "num_beams": int(generation.num_beams or 1),
         "length_penalty": float(generation.length_penalty if generation.length_penalty is not None else 1.0),
+        "length_penalty_form": "length",
         "early_stopping": True,
         "source_length_offset": int(generation.source_length_offset),
         "source_limit": int(source_limit),
@@ -240,6 +256,7 @@ def export_ctranslate2(
     force: bool = False,
     revision: str | None = None,
     trust_remote_code: bool = False,
+    decoding: dict | None = None,
 ) -> Path:
     """Write `model` (a checkpoint directory, a Hub repo id, or a loaded model with `tokenizer`) to `output_dir` as a
     CTranslate2 model, with its tokenizer and generation settings. Returns the output directory.
@@ -247,6 +264,10 @@ def export_ctranslate2(
     `quantization`: the weight type CTranslate2 stores (`float32`, `int8`, `int8_float32`, `bfloat16`, ...; the
     compute type is chosen when loading, see `translate_ctranslate2`). The directory is written beside its final
     place and moved there when complete; an existing one is an error unless `force`.
+    `decoding`: generation options written instead of the model's (`num_beams`, `length_penalty`,
+    `length_penalty_form`: `vanilla-transformer export ctranslate2 --beams --length-penalty --length-penalty-form`).
+    CTranslate2 has the length ** alpha penalty only: a model whose generation config has the GNMT form is refused
+    (ValueError) unless `decoding` sets `length_penalty_form="length"`.
     """
     import_ctranslate2()
     from ctranslate2.converters import Converter
@@ -273,7 +294,10 @@ def export_ctranslate2(
         table_length = model.config.max_position_embeddings  # outputs stop there: the model has no position beyond
     else:
         table_length = limit + (getattr(model.generation_config, "source_length_offset", None) or 0)
-    settings = _generation_settings(model, tokenizer, limit, table_length)
+    generation = copy.deepcopy(model.generation_config)
+    for name, value in (decoding or {}).items():  # the export's decoding options, over the model's
+        setattr(generation, name, value)
+    settings = _generation_settings(generation, tokenizer, limit, table_length)
     model.eval()
     vocabulary = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
     if len(set(vocabulary)) != len(vocabulary):
@@ -333,6 +357,9 @@ class CTranslate2Model:
                 f"{TOKENIZER_FILE}): write one with `vanilla-transformer export ctranslate2 MODEL {path}`."
             )
         self.settings = json.loads(settings_file.read_text(encoding="utf-8"))
+        form = self.settings.get("length_penalty_form", "length")
+        if form != "length":  # never written by this package's export: CTranslate2 has no other form
+            raise ValueError(f"{str(path)!r} asks for the {form} length penalty, which CTranslate2 does not have.")
         self.tokenizer = Tokenizer.from_file(str(path / TOKENIZER_FILE))
         self.tokenizer.no_truncation()  # lengths are handled by translate_ctranslate2, as by `translate`
         self.tokenizer.no_padding()
@@ -363,12 +390,15 @@ class CTranslate2Model:
         batch_size: int = 32,
         return_scores: bool = False,
         progress=None,
+        length_penalty: float | None = None,
     ):
         """The token ids `generate` gives for each source (a list of token ids ending in `</s>`), in input order,
         without the start token and the final `</s>`; with `return_scores`, also each translation's score as
         `generate`'s `sequences_scores` (sum of log-probabilities / length ** length_penalty, `</s>` counted; None
-        for greedy search). `progress`: a tqdm bar to update, or None."""
+        for greedy search). `progress`: a tqdm bar to update, or None. `length_penalty`: alpha instead of the
+        exported one (CTranslate2's length ** alpha form)."""
         beams = self.settings["num_beams"] if num_beams is None else num_beams
+        lp = self.settings["length_penalty"] if length_penalty is None else float(length_penalty)
         if beams < 1:
             raise ValueError(f"num_beams must be at least 1, got {beams}.")
         if batch_size < 1:
@@ -406,7 +436,7 @@ class CTranslate2Model:
             for start in range(0, len(order), batch_size):
                 chunk = order[start : start + batch_size]
                 longest = max_new_tokens or max(limit(i) for i in chunk) - 1
-                for i, hyps in zip(chunk, self._search(sources, chunk, beams, max(longest, 1))):
+                for i, hyps in zip(chunk, self._search(sources, chunk, beams, max(longest, 1), lp=lp)):
                     tokens, score = hyps[0]
                     if max_new_tokens is None:
                         tokens, score = (tokens[: limit(i) - 1] if limit(i) > 1 else [self.eos_token]), None
@@ -426,14 +456,14 @@ class CTranslate2Model:
                 if length == 1:  # nothing but the forced </s>
                     hyps = [[([self.eos_token], 0.0)] for _ in chunk]
                 else:
-                    hyps = self._search(sources, chunk, beams, length - 1, hypotheses=beams)
+                    hyps = self._search(sources, chunk, beams, length - 1, hypotheses=beams, lp=lp)
                 for i, best in zip(chunk, hyps):
                     # A search that stopped before the last step returns no hypothesis of the last step's length
                     # (it would be among the best `beams`: fewer than `beams` finished before it).
                     if all(len(h) < length - 1 for h, _ in best):
                         finish(i, *best[0])
                         continue
-                    pick = self._pick_as_generate(best, beams, length, complete=False)
+                    pick = self._pick_as_generate(best, beams, length, complete=False, lp=lp)
                     if pick is None:
                         again.append(i)
                     else:
@@ -446,15 +476,14 @@ class CTranslate2Model:
             redo = [i for i in again if limit(i) == length]
             for start in range(0, len(redo), batch_size):
                 chunk = redo[start : start + batch_size]
-                hyps = self._search(sources, chunk, beams, length - 1, patience=2.0, hypotheses=2 * beams)
+                hyps = self._search(sources, chunk, beams, length - 1, patience=2.0, hypotheses=2 * beams, lp=lp)
                 for i, finished in zip(chunk, hyps):
-                    finish(i, *self._pick_as_generate(finished, beams, length, complete=True))
+                    finish(i, *self._pick_as_generate(finished, beams, length, complete=True, lp=lp))
                 done(len(chunk))
         return (results, scores) if return_scores else results
 
-    def _search(self, sources, indices, beams, max_length, patience=1.0, hypotheses=1):
+    def _search(self, sources, indices, beams, max_length, patience=1.0, hypotheses=1, *, lp: float):
         """CTranslate2's search on `sources[i] for i in indices`: for each, [(tokens, score)], best first."""
-        lp = self.settings["length_penalty"]
         out = self.translator.translate_batch(
             [[self.tokens[t] for t in sources[i]] for i in indices],
             beam_size=beams,
@@ -473,7 +502,7 @@ class CTranslate2Model:
         )
         return [list(zip(r.hypotheses, r.scores)) for r in out]
 
-    def _pick_as_generate(self, hyps, beams, limit, complete):
+    def _pick_as_generate(self, hyps, beams, limit, complete, *, lp: float):
         """The hypothesis `generate` returns for a sentence whose beam search reached the last step, `limit - 1`
         tokens, before the `</s>` it forces (its log-probability is 0 there).
 
@@ -483,7 +512,6 @@ class CTranslate2Model:
         hypotheses ending in `</s>` were already finished, when it stops without them. Returns None when the best
         `beams` do not tell which one `generate` returns.
         """
-        lp = self.settings["length_penalty"]
         ended = [(h, s) for h, s in hyps if h[-1] == self.eos_token]
         forced = [(h + [self.eos_token], s * len(h) ** lp / limit**lp) for h, s in hyps if h[-1] != self.eos_token]
         best_ended = max(ended, key=lambda c: c[1], default=None)
@@ -511,6 +539,7 @@ def translate_ctranslate2(
     batch_size: int = 32,
     num_beams: int | None = None,
     max_new_tokens: int | None = None,
+    length_penalty: float | None = None,
     progress: bool = False,
     device: str = "cpu",
     compute_type: str = "default",
@@ -523,7 +552,8 @@ def translate_ctranslate2(
     Empty (or all-whitespace) sentences give empty translations without running the model; a sentence longer than
     the export takes (`source_limit` tokens, `</s>` included) is truncated to it, with a warning naming its line
     (counting from 1). Decoding: the exported generation settings (the model's generation config: its beam size and
-    length penalty, at most source length + 50 tokens) unless `num_beams` / `max_new_tokens` say otherwise.
+    length penalty, at most source length + 50 tokens) unless `num_beams` / `length_penalty` / `max_new_tokens` say
+    otherwise.
     """
     from tqdm.auto import tqdm
 
@@ -539,7 +569,12 @@ def translate_ctranslate2(
         return results
     bar = tqdm(total=len(encoded), desc="translate", unit="sent", disable=not progress)
     out = model.generate(
-        list(encoded.values()), num_beams=num_beams, max_new_tokens=max_new_tokens, batch_size=batch_size, progress=bar
+        list(encoded.values()),
+        num_beams=num_beams,
+        max_new_tokens=max_new_tokens,
+        batch_size=batch_size,
+        progress=bar,
+        length_penalty=length_penalty,
     )
     bar.close()
     for i, text in zip(encoded, model.decode(out)):

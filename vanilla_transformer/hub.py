@@ -35,11 +35,14 @@ evaluated, but the card then says that it has not been.
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import json
 import logging
 import os
 import re
+import shutil
+import tempfile
 from pathlib import Path
 
 from huggingface_hub import HfApi, constants
@@ -47,6 +50,7 @@ from huggingface_hub.errors import HfHubHTTPError
 from huggingface_hub.utils import get_token
 
 from .checkpoints import TRAINING_STATE_FILES
+from .shipped import PRETRAINED_DIR
 
 
 logger = logging.getLogger(__name__)
@@ -339,12 +343,16 @@ def files_to_push(output_dir) -> dict[str, Path]:
 def _card(out: Path, repo_id: str, results):
     """(model card, results JSON bytes) to write into `out` before the upload; None: leave that file as it is."""
     from .configuration_vanilla_transformer import VanillaTransformerConfig
-    from .model_card import render_model_card, render_unevaluated_card
+    from .model_card import load_results, render_model_card, render_unevaluated_card
 
     if results is None and (out / RESULTS_NAME).is_file():
         results = out / RESULTS_NAME
     if results is not None and results is not False:
-        card = render_model_card(VanillaTransformerConfig.from_pretrained(out), results, repo_id)
+        loaded = load_results(results)
+        # A shipped model's card also says how the package names it (vanilla_transformer/shipped.py).
+        shipped_name = loaded.get("name") if loaded.get("shipping") else None
+        config = VanillaTransformerConfig.from_pretrained(out)
+        card = render_model_card(config, loaded, repo_id, shipped_name=shipped_name)
         if isinstance(results, dict):
             return card, (json.dumps(results, indent=2, default=str) + "\n").encode()
         return card, None if Path(results).resolve() == (out / RESULTS_NAME).resolve() else Path(results).read_bytes()
@@ -388,23 +396,30 @@ def push_run(
     out = Path(output_dir)
     card, results_bytes = _card(out, repo_id, results)  # bad results fail before the repo is created
     repo_id = _ensure_repo(api, repo_id, token, private, revision)
-
-    if card is not None:
-        card.save(out / CARD_NAME)
-    if results_bytes is not None:
-        (out / RESULTS_NAME).write_bytes(results_bytes)
-    published = [*files, CARD_NAME, *([RESULTS_NAME] if results_bytes is not None else [])]
-    # Patterns are matched against whole paths, and "*" also matches "/": "averaged/x.png" is not "x.png", but a
-    # training file is deleted wherever it is in the repo.
-    commit = api.upload_folder(
-        repo_id=repo_id,
-        folder_path=out,
-        revision=revision,
-        token=token,
-        commit_message=commit_message,
-        allow_patterns=[glob.escape(name) for name in dict.fromkeys(published)],
-        delete_patterns=[*NEVER_PUBLISHED, *(f"*/{pattern}" for pattern in NEVER_PUBLISHED)] if prune else None,
-    )
+    with contextlib.ExitStack() as stack:
+        if out.resolve().is_relative_to(PRETRAINED_DIR):
+            # A model shipped in the package: its card for this repo is written into a copy; the package's folder
+            # stays as it was installed.
+            staging = Path(stack.enter_context(tempfile.TemporaryDirectory()))
+            for name, path in files.items():
+                shutil.copy2(path, staging / name)
+            out = staging
+        if card is not None:
+            card.save(out / CARD_NAME)
+        if results_bytes is not None:
+            (out / RESULTS_NAME).write_bytes(results_bytes)
+        published = [*files, CARD_NAME, *([RESULTS_NAME] if results_bytes is not None else [])]
+        # Patterns are matched against whole paths, and "*" also matches "/": "averaged/x.png" is not "x.png", but a
+        # training file is deleted wherever it is in the repo.
+        commit = api.upload_folder(
+            repo_id=repo_id,
+            folder_path=out,
+            revision=revision,
+            token=token,
+            commit_message=commit_message,
+            allow_patterns=[glob.escape(name) for name in dict.fromkeys(published)],
+            delete_patterns=[*NEVER_PUBLISHED, *(f"*/{pattern}" for pattern in NEVER_PUBLISHED)] if prune else None,
+        )
     logger.info("Pushed %s to %s (%d files): %s", output_dir, repo_id, len(set(published)), commit.commit_url)
     return commit.commit_url
 

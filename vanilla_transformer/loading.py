@@ -1,8 +1,9 @@
 """Load a model and its tokenizer for a command (`translate`, `attention`, `export ctranslate2`, the benchmarks).
 
-`load_model(MODEL)` takes a checkpoint directory (`vanilla-transformer train`'s `--output_dir`, `averaged/`, a `checkpoint-N`, any
-`save_pretrained` directory with the tokenizer beside the model) or a Hub repo id, and returns the model on the
-chosen device in eval mode with its tokenizer. Before transformers is asked, `check_model_location` tells apart the
+`load_model(MODEL)` takes a shipped model's short name (`vanilla_transformer/shipped.py`), a checkpoint directory
+(`vanilla-transformer train`'s `--output_dir`, `averaged/`, a `checkpoint-N`, any `save_pretrained` directory with
+the tokenizer beside the model) or a Hub repo id, and returns the model on the chosen device in eval mode with its
+tokenizer. Before transformers is asked, `check_model_location` tells apart the
 mistakes a person makes with a directory, each with its own one-line message naming the option: a path that does not
 exist (transformers would call it a malformed repo id), a training run with no model saved yet (it would try the
 Hub), a model saved without its tokenizer (it would ask for sentencepiece).
@@ -17,6 +18,8 @@ import logging
 import os
 import re
 from pathlib import Path
+
+from .shipped import resolve_model
 
 
 logger = logging.getLogger(__name__)
@@ -124,6 +127,7 @@ def resolve_device(name):
 def load_config(model: str, *, revision: str | None = None, trust_remote_code: bool = False):
     """The config of `model` (checkpoint directory or Hub repo), without its weights: what a command checks its
     options against (e.g. `attention --layer`) before the model is loaded."""
+    model = resolve_model(model)
     check_model_location(model)
     from transformers import AutoConfig
 
@@ -152,6 +156,7 @@ def load_model(
     """
     if dtype not in DTYPES:
         raise ValueError(f"--dtype {dtype!r} is not one of {list(DTYPES)}.")
+    model = resolve_model(model)  # a shipped model's short name
     check_model_location(model)  # plain messages for a wrong directory, before transformers guesses at it
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 

@@ -91,6 +91,8 @@ EXAMPLES = {
 PAPER_URL = "https://arxiv.org/abs/1706.03762"
 # Datasets named by a local folder: their proper name and where to get them.
 KNOWN_DATASETS = {"multi30k": ("Multi30k", "https://github.com/multi30k/dataset")}
+# Local folders known by where they sit, whatever their clone is called: the multi30k/dataset repository's text files.
+KNOWN_LAYOUTS = {("data", "task1", "raw"): "multi30k"}
 # The training table's rows: results.json's hyperparameter keys, in words.
 HYPERPARAMETER_LABELS = {
     "max_tokens": "tokens per batch and process",
@@ -229,6 +231,16 @@ def load_results(results) -> dict:
     return results
 
 
+def local_dataset_name(path) -> str:
+    """The name of a dataset read from the local `path`, for results.json and the card: Multi30k for the files of a
+    clone of its repository (`KNOWN_LAYOUTS`), else the folder's (or file's) own name."""
+    resolved = Path(path).resolve()
+    for tail, name in KNOWN_LAYOUTS.items():
+        if resolved.parts[-len(tail) :] == tail:
+            return name
+    return resolved.name
+
+
 def _dataset(results: dict) -> dict:
     dataset = results.get("dataset") or {}
     if isinstance(dataset, str):
@@ -240,15 +252,18 @@ def _dataset(results: dict) -> dict:
     return {**dataset, "name": proper, "url": dataset.get("url") or url}
 
 
-def _hyperparameter_rows(hyperparameters: dict) -> list[tuple[str, str]]:
+def _hyperparameter_rows(hyperparameters: dict, steps: int | None = None) -> list[tuple[str, str]]:
     """(label, value) rows of the training table: known keys in words, lists and large numbers made readable, what
-    the run did not use (None) left out."""
+    the run did not use (None) left out. `steps`: the updates the run made (a timed run plans its cool-down to end
+    at an update the time limit may stop it just short of)."""
     rows = []
     for key, value in hyperparameters.items():
         if value is None:
             continue
         if key == "lr_cooldown_updates" and isinstance(value, list | tuple) and None not in value:
             text = f"{value[0]:,} to {value[1]:,}"
+            if steps is not None and steps < value[1]:
+                text += f" (planned; the time limit stopped the run at update {steps:,})"
         elif isinstance(value, list | tuple):
             text = ", ".join(str(v) for v in value)
         elif isinstance(value, int) and not isinstance(value, bool) and value >= 10_000:
@@ -292,8 +307,10 @@ def render_model_card(
     license: str = "apache-2.0",
     tags=(),
     template_path=None,
+    shipped_name: str | None = None,
 ) -> ModelCard:
-    """The model card as a `huggingface_hub.ModelCard` (see the module docstring for `results`)."""
+    """The model card as a `huggingface_hub.ModelCard` (see the module docstring for `results`); `shipped_name`: the
+    short name of a model that ships inside the package (`vanilla_transformer/shipped.py`), said in the card."""
     results = load_results(results)
     template_path = Path(template_path) if template_path is not None else DEFAULT_TEMPLATE
     if not template_path.is_file():
@@ -354,13 +371,15 @@ def render_model_card(
         # The validation BLEU curve that train.py plots (bleu.png), pushed beside the card.
         bleu_curve="bleu.png" if "bleu.png" in (results.get("plots") or ()) else None,
         training=training,
-        hyperparameters=_hyperparameter_rows(training.get("hyperparameters") or {}),
+        hyperparameters=_hyperparameter_rows(training.get("hyperparameters") or {}, training.get("steps")),
         runtime=_duration(training.get("train_runtime_s")),
         averaging=averaging,
         decoding=results.get("decoding") or {},
         tokenizer=results.get("tokenizer") or {},
         figure=results.get("attention_figure"),
         not_usable=results.get("warnings"),  # why the run's model cannot translate (training/report.py, not_learned)
+        shipped_name=shipped_name,
+        shipping=results.get("shipping") or {},
     )
     return ModelCard.from_template(card_data, template_path=str(template_path), **context)
 
@@ -407,7 +426,7 @@ def write_model_card(output_dir, config, results, repo_id: str | None = None, **
         config: the model's `VanillaTransformerConfig`.
         results: the run's results dict, or the path of its JSON file (schema in the module docstring).
         repo_id: the Hub repo the model goes to ("namespace/name"), used in the usage snippets.
-        **kwargs: `model_name`, `license` (default "apache-2.0"), extra `tags`, `template_path`.
+        **kwargs: `model_name`, `license` (default "apache-2.0"), extra `tags`, `template_path`, `shipped_name`.
     """
     card = render_model_card(config, results, repo_id, **kwargs)
     path = Path(output_dir) / "README.md"
@@ -437,6 +456,7 @@ __all__ = [
     "compare_with_paper",
     "detect_preset",
     "load_results",
+    "local_dataset_name",
     "paper_deviations",
     "render_model_card",
     "render_unevaluated_card",

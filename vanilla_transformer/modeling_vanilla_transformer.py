@@ -9,6 +9,7 @@ Section numbers in comments are the paper's. The paper's choices are the default
 config flag (see `VanillaTransformerConfig`).
 """
 
+import copy
 import functools
 import inspect
 import math
@@ -105,15 +106,18 @@ def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_to
     return shifted
 
 
-def sinusoidal_position_encoding(positions: torch.Tensor, d_model: int) -> torch.Tensor:
+def sinusoidal_position_encoding(
+    positions: torch.Tensor, d_model: int, dtype: torch.dtype = torch.float32
+) -> torch.Tensor:
     """Section 3.5: PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d_model)),
     sin and cos interleaved. Computed on the fly for the positions asked for, so there is no maximum length
     (the paper's argument for the sinusoid: it "may allow the model to extrapolate to sequence lengths longer
     than the ones encountered during training") and no buffer for `from_pretrained` to leave uninitialised (it
-    builds models on the meta device and restores only saved tensors). Returns float32 [len(positions), d_model]."""
-    two_i = torch.arange(0, d_model, 2, device=positions.device, dtype=torch.float32)
+    builds models on the meta device and restores only saved tensors). Returns `dtype` [len(positions), d_model]:
+    the model asks for float32, or float64 when its embeddings are float64 (not float32 values there)."""
+    two_i = torch.arange(0, d_model, 2, device=positions.device, dtype=dtype)
     inv_freq = torch.exp(two_i * (-math.log(10000.0) / d_model))  # 1 / 10000^(2i/d_model)
-    angles = positions.to(torch.float32)[:, None] * inv_freq[None, :]  # [len, d_model / 2]
+    angles = positions.to(dtype)[:, None] * inv_freq[None, :]  # [len, d_model / 2]
     # [len, d_model / 2, 2] -> [len, d_model]: sin at even features, cos at odd ones.
     return torch.stack((torch.sin(angles), torch.cos(angles)), dim=-1).flatten(1)
 
@@ -440,7 +444,9 @@ class VanillaTransformerStack(VanillaTransformerPreTrainedModel):
         length = inputs_embeds.shape[1]
         positions = torch.arange(past_length, past_length + length, device=inputs_embeds.device)
         if self.embed_positions is None:  # section 3.5, fixed sinusoids
-            pe = sinusoidal_position_encoding(positions, inputs_embeds.shape[-1]).to(inputs_embeds.dtype)
+            # In float32, or float64 for float64 embeddings (a float64 model computes nothing in float32).
+            dtype = torch.promote_types(inputs_embeds.dtype, torch.float32)
+            pe = sinusoidal_position_encoding(positions, inputs_embeds.shape[-1], dtype).to(inputs_embeds.dtype)
         else:  # learned positions (Table 3 row E), a table of max_position_embeddings rows
             table = self.embed_positions.num_embeddings
             if past_length + length > table:
@@ -696,6 +702,45 @@ class SourceLengthLimit(LogitsProcessor):
         return torch.where(done[:, None], only_eos, scores)
 
 
+# Section 6.1 decodes "with a beam size of 4 and length penalty alpha = 0.6 (Wu et al., 2016)": the GNMT penalty of the
+# authors' tensor2tensor (`utils/beam_search.py`) and of OpenNMT-py (`-length_penalty wu`). transformers' beam search
+# divides by length ** alpha instead (as fairseq and CTranslate2 do). The generation config's `length_penalty_form`
+# picks one; saved in generation_config.json as an extra attribute (transformers keeps those), absent = "length".
+LENGTH_PENALTY_FORMS = {
+    "length": "log P(Y) / |Y| ** alpha (transformers' beam search, fairseq, CTranslate2)",
+    "gnmt": "log P(Y) / ((5 + |Y|) / 6) ** alpha (Wu et al., 2016: the paper's, tensor2tensor, OpenNMT-py `wu`)",
+}
+
+
+def gnmt_length_penalty(length: int, alpha: float) -> float:
+    """lp(Y) = ((5 + |Y|) / 6) ** alpha (Wu et al., 2016, eq. 14); |Y| counts the generated tokens, `</s>` included,
+    as tensor2tensor counts them."""
+    return ((5.0 + length) / 6.0) ** alpha
+
+
+def length_penalty_form(generation_config) -> str:
+    """The generation config's length penalty form ("length" when it names none), checked: a form this model does not
+    know, or the GNMT form with a negative alpha (its bound on what a running hypothesis can still reach holds for
+    alpha >= 0 only; Wu et al. use 0 to 1), is a ValueError."""
+    form = getattr(generation_config, "length_penalty_form", None) or "length"
+    if form not in LENGTH_PENALTY_FORMS:
+        raise ValueError(
+            f"length_penalty_form={form!r} is not a length penalty form of this model: "
+            + "; ".join(f"{name!r}: {what}" for name, what in LENGTH_PENALTY_FORMS.items())
+            + "."
+        )
+    alpha = generation_config.length_penalty
+    if form == "gnmt" and alpha is not None and not alpha >= 0:
+        raise ValueError(f"length_penalty={alpha!r} with length_penalty_form='gnmt': alpha must be 0 or more.")
+    return form
+
+
+class _GnmtAlpha(float):
+    """A length penalty alpha to apply in the GNMT form. `_beam_search` hands `generation_config.length_penalty` to the
+    two helpers that use it (`_update_finished_beams`, `_check_early_stop_heuristic`); carrying the form in that value
+    keeps the search's state in the search (no attribute on the model, so concurrent `generate` calls are safe)."""
+
+
 @dataclass
 class VanillaTransformerSeq2SeqLMOutput(Seq2SeqLMOutput):
     """`Seq2SeqLMOutput` plus, when `labels` are given, the plain NLL beside the (label-smoothed) `loss`.
@@ -877,6 +922,78 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
             inputs, generation_config=generation_config, logits_processor=logits_processor, **kwargs
         )
 
+    # The GNMT length penalty, inside transformers' own beam search (`GenerationMixin._beam_search`, not a copy of it):
+    # with `length_penalty_form="gnmt"` the two places where that search applies the penalty apply this one, and a
+    # finished hypothesis may come from any of the 2 x beam candidates of a step (tensor2tensor's `grow_finished`),
+    # not only from the best `beam` (transformers' and fairseq's rule). The running beams, the candidates and the cache
+    # are transformers'. With the default form nothing here changes the search: the stock methods run as they are.
+    # `early_stopping` keeps transformers' meaning, with the GNMT penalty in each rule: True ends a sentence once
+    # `num_beams` hypotheses are finished; "never" once no running hypothesis can beat the worst of them even at the
+    # maximum length (alpha >= 0 makes lp grow with the length: tensor2tensor's bound); the search then returns what
+    # decoding to the maximum length would (tensor2tensor's result); False uses transformers' heuristic (the bound at
+    # the current length). tests/test_gnmt_penalty.py checks each against a plain tensor2tensor search.
+
+    def _prepare_generation_config(self, generation_config, *args, **kwargs):
+        """transformers' preparation, also taking `length_penalty_form=` as a `generate` keyword (transformers takes
+        only the attributes the model's generation config already has: a checkpoint saved without one would refuse
+        it as an unused model argument), and checking the form."""
+        form = kwargs.pop("length_penalty_form", None)
+        generation_config, model_kwargs = super()._prepare_generation_config(generation_config, *args, **kwargs)
+        if form is not None:
+            generation_config.length_penalty_form = form
+        length_penalty_form(generation_config)
+        return generation_config, model_kwargs
+
+    def _beam_search(self, input_ids, logits_processor, stopping_criteria, generation_config, *args, **kwargs):
+        """`GenerationMixin._beam_search`; with the GNMT form, its alpha marked so that the penalty's two helpers below
+        apply that form."""
+        if length_penalty_form(generation_config) == "gnmt":
+            generation_config = copy.copy(generation_config)
+            generation_config.length_penalty = _GnmtAlpha(generation_config.length_penalty)
+        return super()._beam_search(input_ids, logits_processor, stopping_criteria, generation_config, *args, **kwargs)
+
+    def _update_finished_beams(
+        self, *, topk_log_probs, top_num_beam_mask, cur_len, decoder_prompt_len, length_penalty, **kwargs
+    ):
+        """transformers' update of the finished hypotheses. GNMT form: the candidates' log-probabilities divided by
+        ((5 + |Y|) / 6) ** alpha here (transformers' own division then by |Y| ** 0 = 1), and every candidate of the
+        step that ends may enter (tensor2tensor), not only those among the best `num_beams`."""
+        if isinstance(length_penalty, _GnmtAlpha):
+            length = cur_len + 1 - decoder_prompt_len  # the candidates' generated tokens, </s> included
+            topk_log_probs = topk_log_probs / gnmt_length_penalty(length, float(length_penalty))
+            top_num_beam_mask = torch.ones_like(top_num_beam_mask)
+            length_penalty = 0.0
+        return super()._update_finished_beams(
+            topk_log_probs=topk_log_probs,
+            top_num_beam_mask=top_num_beam_mask,
+            cur_len=cur_len,
+            decoder_prompt_len=decoder_prompt_len,
+            length_penalty=length_penalty,
+            **kwargs,
+        )
+
+    def _check_early_stop_heuristic(
+        self, *, running_beam_scores, cur_len, max_length, decoder_prompt_len, early_stopping, length_penalty, **kwargs
+    ):
+        """transformers' test of whether a running hypothesis can still beat the finished ones. GNMT form: the best
+        running log-probability divided by ((5 + L) / 6) ** alpha, L the maximum length for `early_stopping="never"`
+        (the best it can reach, as tensor2tensor bounds it) and the current length otherwise, as transformers
+        chooses L; transformers' own division is then by L ** 0 = 1."""
+        if isinstance(length_penalty, _GnmtAlpha):
+            alpha = float(length_penalty)
+            best_length = (max_length if early_stopping == "never" and alpha > 0 else cur_len) - decoder_prompt_len
+            running_beam_scores = running_beam_scores / gnmt_length_penalty(best_length, alpha)
+            length_penalty = 0.0
+        return super()._check_early_stop_heuristic(
+            running_beam_scores=running_beam_scores,
+            cur_len=cur_len,
+            max_length=max_length,
+            decoder_prompt_len=decoder_prompt_len,
+            early_stopping=early_stopping,
+            length_penalty=length_penalty,
+            **kwargs,
+        )
+
     def _source_lengths(self, source_ids: torch.Tensor | None, kwargs: dict) -> torch.Tensor | None:
         """Each source sentence's length in tokens, from whatever the `generate` call was given."""
         if kwargs.get("attention_mask") is not None:
@@ -892,11 +1009,14 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
 
 
 __all__ = [
+    "LENGTH_PENALTY_FORMS",
     "VanillaTransformerForConditionalGeneration",
     "VanillaTransformerSeq2SeqLMOutput",
     "VanillaTransformerModel",
     "VanillaTransformerPreTrainedModel",
+    "gnmt_length_penalty",
     "label_smoothed_cross_entropy",
+    "length_penalty_form",
     "shift_tokens_right",
     "sinusoidal_position_encoding",
 ]

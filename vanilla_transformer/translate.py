@@ -51,9 +51,12 @@ def translate(
     *,
     batch_size: int = 32,
     progress: bool = False,
+    n_best: int | None = None,
     **generate_kwargs,
-) -> list[str]:
-    """Translate `sentences` (one string each) and return one translation per sentence, in input order.
+) -> list[str] | list[list[tuple[float, str]]]:
+    """Translate `sentences` (one string each) and return one translation per sentence, in input order; with
+    `n_best=N`, for each sentence its N hypotheses as (score, text), best first (`hypothesis_scores` says which
+    score).
 
     Sentences are sorted by tokenized length so that a batch holds sentences of similar length (little
     padding); the output order is the input order. Each sentence is translated without its leading and trailing
@@ -66,7 +69,9 @@ def translate(
     """
     if batch_size < 1:
         raise ValueError(f"`batch_size` must be at least 1, got {batch_size}.")
-    results = [""] * len(sentences)
+    if n_best is not None and n_best < 1:
+        raise ValueError(f"`n_best` must be at least 1, got {n_best}.")
+    results = [""] * len(sentences) if n_best is None else [[(0.0, "")] * n_best for _ in sentences]
     limit = model.config.input_length_limit(tokenizer)
     encoded = encode_sources(sentences, lambda texts: tokenizer(texts)["input_ids"], limit)
     if not encoded:
@@ -77,9 +82,41 @@ def translate(
     for start in range(0, len(order), batch_size):
         chunk = order[start : start + batch_size]
         batch = tokenizer.pad({"input_ids": [encoded[i] for i in chunk]}, return_tensors="pt").to(model.device)
-        out = model.generate(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], **generate_kwargs)
-        for i, text in zip(chunk, tokenizer.batch_decode(out, skip_special_tokens=True)):
-            results[i] = text.strip()
+        if n_best is None:
+            out = model.generate(
+                input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], **generate_kwargs
+            )
+            for i, text in zip(chunk, tokenizer.batch_decode(out, skip_special_tokens=True)):
+                results[i] = text.strip()
+        else:
+            out = model.generate(
+                input_ids=batch["input_ids"],
+                attention_mask=batch["attention_mask"],
+                num_return_sequences=n_best,
+                output_scores=True,
+                return_dict_in_generate=True,
+                **generate_kwargs,
+            )
+            texts = tokenizer.batch_decode(out.sequences, skip_special_tokens=True)
+            scores = hypothesis_scores(model, out)
+            for j, i in enumerate(chunk):
+                rows = range(j * n_best, (j + 1) * n_best)
+                results[i] = [(scores[r], texts[r].strip()) for r in rows]
         bar.update(len(chunk))
     bar.close()
     return results
+
+
+def hypothesis_scores(model, out) -> list[float]:
+    """The score of each sequence of a `generate` output (`output_scores=True, return_dict_in_generate=True`): beam
+    search's `sequences_scores` (log-probability / length penalty, the penalty's form and alpha the generation
+    config's), else (greedy search, sampling) the sum of the log-probabilities of the tokens up to the first `</s>`,
+    under the distribution they were chosen from (after temperature, top-k, top-p)."""
+    if getattr(out, "sequences_scores", None) is not None:
+        return out.sequences_scores.tolist()
+    steps = model.compute_transition_scores(out.sequences, out.scores, normalize_logits=True)  # [rows, steps]
+    tokens = out.sequences[:, -steps.shape[1] :]
+    eos = model.generation_config.eos_token_id
+    ends = torch.isin(tokens, torch.tensor(eos if isinstance(eos, list) else [eos], device=tokens.device))
+    after_end = (ends.long().cumsum(dim=1) - ends.long()) > 0  # positions after the first </s> (padding)
+    return steps.masked_fill(after_end, 0.0).sum(dim=1).tolist()

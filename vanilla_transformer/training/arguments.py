@@ -38,8 +38,10 @@ MODEL_PRESETS = (
     "big",
 )  # configuration_vanilla_transformer.PRESETS (not imported: no model code here)
 # A preset's key for options that replace its own when the run trains in float32 on a CPU (`bf16: "auto"` on a CPU
-# without native bfloat16, or bf16 off): the hour then holds ~3x fewer updates, and a short run wants other settings.
+# without native bfloat16, or bf16 off): the hour then trains on fewer tokens, and a short run wants other settings
+# (docs/model.md, "The cpu_float32 options").
 CPU_FLOAT32 = "cpu_float32"
+KEEP_CHECKPOINTS = ("averaged", "last", "all")  # --keep_checkpoints: see RunArguments
 LR_SCHEDULES = ("noam", "trainer")
 # The recipe of a run without --config, by the size of its training split (docs/training.md, "Without --config"):
 # the Multi30k presets' recipe less their data keys for a corpus of that kind of size, the same with the paper's
@@ -142,10 +144,12 @@ class DataArguments:
     _argument_group_name = "data (docs/training.md: the formats)"
 
     dataset: str = field(
-        default="../shared/data/multi30k",
+        default="multi30k/data/task1/raw",
         metadata={
             "help": "Directory of {split}.{lang}[.gz] files, a TSV/JSONL file or directory, a save_to_disk "
-            "directory, or a Hub dataset id with a `translation` column (e.g. wmt14)."
+            "directory, or a Hub dataset id with a `translation` column (e.g. wmt14). The default is Multi30k's "
+            "files in a clone of its repository (README: `git clone --depth 1 https://github.com/multi30k/dataset "
+            "multi30k`)."
         },
     )
     dataset_config: str | None = field(default=None, metadata={"help": "Hub dataset configuration, e.g. 'de-en'."})
@@ -213,6 +217,22 @@ class RunArguments:
         default=None,
         metadata={"help": "Beam size, saved in the model's generation config like --length_penalty. None: 4."},
     )
+    length_penalty_form: str | None = field(
+        default=None,
+        metadata={
+            "help": "How --length_penalty divides a hypothesis' log-probability, saved in the generation config: "
+            "'length' (|Y| ** alpha, transformers' and fairseq's) or 'gnmt' (((5 + |Y|) / 6) ** alpha, Wu et al. 2016: "
+            "the paper's, tensor2tensor's). None: 'length'."
+        },
+    )
+    early_stopping: str | None = field(
+        default=None,
+        metadata={
+            "help": "When beam search ends a sentence, saved in the generation config: 'true' (once num_beams "
+            "hypotheses are finished), 'never' (once none running can beat them: with 'gnmt', tensor2tensor's "
+            "search) or 'false' (transformers' heuristic). None: 'true'."
+        },
+    )
     test_batch_size: int = field(default=64, metadata={"help": "Sentences per batch for the final test translation."})
     plots: bool = field(default=True, metadata={"help": "Write PNG plots of loss, learning rate and BLEU."})
     max_train_minutes: float | None = field(
@@ -220,6 +240,16 @@ class RunArguments:
         metadata={
             "help": "Stop training (with a final checkpoint) after this many minutes of wall-clock time, even "
             "before max_steps: 'train for about an hour' on a CPU. The schedule does not depend on max_steps."
+        },
+    )
+    keep_checkpoints: str = field(
+        default="averaged",
+        metadata={
+            "help": "What a finished run keeps of its checkpoints, after averaging and the report: averaged = the "
+            "newest whole (what --resume_from_checkpoint true continues) and the weights of those --average_last "
+            "takes and of the best one (for `vanilla-transformer average`), without their optimizer state; last = "
+            "the newest only; all = every checkpoint --save_total_limit left, whole (docs/training.md).",
+            "choices": KEEP_CHECKPOINTS,
         },
     )
     overwrite_output_dir: bool = field(
@@ -234,8 +264,24 @@ class RunArguments:
         check_positive_int("average_last", self.average_last, allow_zero=True)
         check_positive_int("num_beams", self.num_beams, allow_none=True)
         check_positive_int("test_batch_size", self.test_batch_size)
+        if self.keep_checkpoints not in KEEP_CHECKPOINTS:
+            raise ValueError(
+                f"`keep_checkpoints` must be one of {list(KEEP_CHECKPOINTS)}, got {self.keep_checkpoints!r}."
+            )
         if self.length_penalty is not None and not math.isfinite(self.length_penalty):
             raise ValueError(f"`length_penalty` must be a finite number, got {self.length_penalty!r}.")
+        if self.length_penalty_form not in (None, "length", "gnmt"):
+            raise ValueError(f"`length_penalty_form` must be 'length' or 'gnmt', got {self.length_penalty_form!r}.")
+        if self.length_penalty_form == "gnmt" and self.length_penalty is not None and self.length_penalty < 0:
+            raise ValueError(
+                f"`length_penalty` {self.length_penalty!r} with length_penalty_form 'gnmt': alpha must be 0 or more."
+            )
+        if isinstance(self.early_stopping, bool):  # a preset's JSON true / false
+            self.early_stopping = str(self.early_stopping).lower()
+        if self.early_stopping is not None:
+            self.early_stopping = self.early_stopping.strip().lower()
+            if self.early_stopping not in ("true", "false", "never"):
+                raise ValueError(f"`early_stopping` must be true, false or never, got {self.early_stopping!r}.")
         if self.max_train_minutes is not None and not self.max_train_minutes > 0:
             raise ValueError(f"`max_train_minutes` must be positive, got {self.max_train_minutes!r}.")
 
@@ -441,6 +487,8 @@ HELP_GROUPS = {
     "decoding (the model's generation config, and evaluation)": (
         "num_beams",
         "length_penalty",
+        "length_penalty_form",
+        "early_stopping",
         "test_batch_size",
         "per_device_eval_batch_size",
         "max_eval_samples",
@@ -457,6 +505,7 @@ HELP_GROUPS = {
         "save_steps",
         "save_total_limit",
         "average_last",
+        "keep_checkpoints",
         "logging_steps",
         "report_to",
         "plots",
@@ -469,6 +518,25 @@ HELP_GROUPS = {
         "hub_model_id",
         "hub_private_repo",
     ),
+}
+# The help of Trainer options whose stock text does not say what they do here (sentence batches, scripts that
+# resume, a push at every save).
+HELP_TEXTS = {
+    "gradient_accumulation_steps": "Micro-batches per update: an update holds about max_tokens x processes x this "
+    "many tokens per side (the paper's base preset: 3,125 x 8 x 1 = 25,000). The loss is normalised by the "
+    "update's target tokens, so splitting an update does not change it.",
+    "resume_from_checkpoint": "Continue a run: true = the newest complete checkpoint of --output_dir, or a "
+    "checkpoint-<step> directory. The learning rate, data order, augmentation and losses go on as without the "
+    "stop. A checkpoint whose optimizer state a finished run removed (--keep_checkpoints) is refused.",
+    "save_total_limit": "Checkpoints kept while training: the oldest are deleted (the best by validation stays "
+    "too). At the end, --keep_checkpoints decides what stays.",
+    "push_to_hub": "Publish the run on the Hub as --hub_model_id. The token and the repo are checked before "
+    "training; the Trainer pushes the model at each save (--hub_strategy); at the end one commit uploads the final "
+    "model, its card, plots and results.json and deletes the training files those pushes left (docs/sharing.md).",
+    "hub_model_id": "The Hub repo to publish to: 'namespace/name', or 'name' in your namespace. Default: the name "
+    "of --output_dir.",
+    "hub_private_repo": "Create the Hub repo private. Visibility is chosen only when the repo is created: true with "
+    "an existing public repo is an error.",
 }
 # Options of the Trainer that this recipe replaces: given with the paper's schedule or token batches, they would be
 # silently ignored, so they are refused, naming what to use instead.
@@ -603,6 +671,8 @@ def build_parser(show_all: bool = False) -> ArgumentParser:
             group._group_actions.append(action)
         parser._action_groups.remove(group)
         parser._action_groups.insert(first_own + 3 + position, group)  # after model, data, tokenizer
+    for name, text in HELP_TEXTS.items():
+        by_dest[name].help = text
     for action in parser._actions:
         if any(flag.startswith("--no_") for flag in action.option_strings):
             action.help = argparse.SUPPRESS  # `--no_plots`: `--plots false` says the same

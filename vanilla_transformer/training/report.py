@@ -3,7 +3,8 @@
 After training, the final model is loaded as a user loads it and scored on the test split (the split is translated
 once per run, never used to choose); the average of the last checkpoints (section 6.1) is written to
 `OUTPUT_DIR/averaged` and scored the same way; then plots, each model's attention figure, `results.json` and the
-model card, and the final push to the Hub. Each directory describes its own weights.
+model card, the final push to the Hub, and last the checkpoints that `--keep_checkpoints` does not keep are deleted.
+Each directory describes its own weights.
 """
 
 from __future__ import annotations
@@ -20,9 +21,9 @@ import torch
 import transformers
 
 from ..averaging import average_checkpoints
-from ..checkpoints import complete_checkpoints
+from ..checkpoints import complete_checkpoints, prune_checkpoints
 from ..metrics import compute_bleu_with_lowercase
-from ..model_card import write_attention_figure, write_model_card
+from ..model_card import local_dataset_name, write_attention_figure, write_model_card
 from ..modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from ..precision import cpu_bfloat16_units, cpu_model_name
 from ..translate import translate
@@ -73,6 +74,7 @@ def write_report(trainer, tokenizer, raw, train_split, options, train_result, tr
             revision=args.hub_revision,
             token=args.hub_token,
         )
+    keep_checkpoints(out_dir, run_args, trainer)
     for line in results["warnings"]:  # the run's last word, where a person reading the log looks
         logger.warning(line)
     return results
@@ -118,6 +120,37 @@ def not_learned(trainer, test_bleu: dict | None) -> list[str]:
     return []
 
 
+def keep_checkpoints(out_dir: Path, run_args: RunArguments, trainer) -> None:
+    """`--keep_checkpoints`, once the run's models are written and scored: a checkpoint is three times its model's
+    size (the weights, Adam's two moments), and the Multi30k preset's hour leaves 20 of them (1.8 GB for a 30 MB
+    model). `averaged` keeps the newest whole (a resume needs it) and the weights of the averaged checkpoints (or of
+    those `--average_last` would take, in a run without a test split) and of the best one; `last` the newest only;
+    `all` everything the Trainer's `save_total_limit` left."""
+    if run_args.keep_checkpoints == "all":
+        return
+    keep = []
+    if run_args.keep_checkpoints == "averaged":
+        after = getattr(trainer.lr_scheduler, "cooldown_start", None)
+        keep = checkpoints_to_average(out_dir, run_args.average_last, after)
+        keep += [trainer.state.best_model_checkpoint] if trainer.state.best_model_checkpoint else []
+    pruned = prune_checkpoints(out_dir, keep_weights=keep)
+    if pruned["deleted"] or pruned["weights"]:
+        logger.info(
+            "--keep_checkpoints %s: kept %s whole, the weights of %s, deleted %s: %.1f MB freed "
+            "(--keep_checkpoints all keeps every checkpoint whole).",
+            run_args.keep_checkpoints,
+            ", ".join(pruned["kept"]),
+            ", ".join(pruned["weights"]) or "none",
+            ", ".join(pruned["deleted"]) or "none",
+            pruned["freed_bytes"] / 1e6,
+        )
+
+
+def checkpoints_to_average(out_dir: Path, k: int, after: int | None = None) -> list[str]:
+    """The run's last `k` complete checkpoints written after update `after` (see `average_last_checkpoints`)."""
+    return complete_checkpoints(str(out_dir), after=after)[-k:] if k else []
+
+
 def score_average(trainer, tokenizer, test, data_args, run_args, results: dict):
     """(results, model) of the average of the last `average_last` checkpoints (only those written during the
     learning-rate cool-down, when the run had one: see `average_last_checkpoints`), scored on the test split; the
@@ -161,7 +194,7 @@ def plot_history(log_history: list[dict], out_dir: Path) -> list[str]:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        logger.warning("matplotlib is not installed (pip install 'vanilla-transformer[plot]'): no plots.")
+        logger.warning("matplotlib is not installed (the plot extra: pip install '.[plot]' in the clone): no plots.")
         return []
     series = {
         "loss.png": [
@@ -202,9 +235,10 @@ def collect_results(trainer, tokenizer, train_split, model_args, data_args, trai
     return {
         "src_lang": data_args.src_lang,
         "tgt_lang": data_args.tgt_lang,
-        # A local directory is named by its folder (e.g. "multi30k"); a Hub dataset also by its id (card metadata).
+        # A local directory is named by its folder, or as a known dataset (a clone's multi30k/data/task1/raw is
+        # "multi30k"); a Hub dataset by its id, also in the card's metadata.
         "dataset": {
-            "name": Path(data_args.dataset).name if local else data_args.dataset,
+            "name": local_dataset_name(data_args.dataset) if local else data_args.dataset,
             **({"path": data_args.dataset} if local else {"hub_id": data_args.dataset}),
             "train_pairs": len(train_split),
             "splits": {
@@ -219,6 +253,7 @@ def collect_results(trainer, tokenizer, train_split, model_args, data_args, trai
         "decoding": {
             "num_beams": trainer.model.generation_config.num_beams,
             "length_penalty": trainer.model.generation_config.length_penalty,
+            "length_penalty_form": getattr(trainer.model.generation_config, "length_penalty_form", None) or "length",
             "max_length": "source length + 50",
         },
         "bleu": {},
@@ -301,21 +336,25 @@ def average_last_checkpoints(out_dir: Path, k: int, tokenizer, device, after: in
     (the averaged model, the checkpoints' names), or None without such checkpoints.
 
     Why only the cool-down: checkpoints are written every `save_steps` updates, but a timed run's updates depend on
-    the machine (about 9,500 in the Multi30k preset's hour with bf16 on AVX512_BF16, about 2,800 in float32 on an
-    AVX2-only CPU). The last 10 checkpoints, 300 updates apart, were the last 28% of the former run and almost all of
+    the machine (about 9,500 in the Multi30k preset's hour with bf16 on one AVX512_BF16 CPU, about 2,800 with the same
+    options in float32 on an AVX2-only CPU). The last 10 checkpoints, 300 updates apart, were the last 28% of the former run and almost all of
     the latter, whose average then held half-trained models (validation BLEU 27.8 against 34.7 for the final model).
     The cool-down is the same fraction of every run, and the paper averages the last checkpoints of a run (section
     6.1), not checkpoints from its start."""
-    available = complete_checkpoints(str(out_dir), after=after)  # never one whose save did not finish
+    checkpoints = checkpoints_to_average(out_dir, k, after)  # never one whose save did not finish
     window = f" written after update {after} (the learning-rate cool-down)" if after is not None else ""
-    if not available:
+    if not checkpoints:
         logger.warning("No checkpoint in %s%s: nothing to average.", out_dir, window)
         return None
-    if len(available) < k:
+    if len(checkpoints) < k:
         logger.warning(
-            "Only %d checkpoints in %s%s: averaging %d, not %d.", len(available), out_dir, window, len(available), k
+            "Only %d checkpoints in %s%s: averaging %d, not %d.",
+            len(checkpoints),
+            out_dir,
+            window,
+            len(checkpoints),
+            k,
         )
-    checkpoints = available[-k:]
     averaged_dir = Path(average_checkpoints(checkpoints, str(out_dir / "averaged")))
     tokenizer.save_pretrained(averaged_dir)
     model = VanillaTransformerForConditionalGeneration.from_pretrained(averaged_dir).to(device)

@@ -16,7 +16,8 @@ Trainer's extension points do not give.
   (the model's generation config), the source encoded once for both; sentences gathered with `gather_for_metrics`
   so that a multi-process evaluation scores each sentence once;
 - resuming: `train(resume_from_checkpoint=True)` takes the newest complete checkpoint (`checkpoints.py`) and refuses
-  one whose schedule differs from these arguments (the Trainer would restore the checkpoint's silently).
+  one whose schedule differs from these arguments (the Trainer would restore the checkpoint's silently), or one whose
+  optimizer state a finished run removed (the Trainer would start Adam and the schedule afresh, silently).
 
 Resuming restores the model, the optimizer, the schedule (`scheduler.pt`), the RNG states and the position in the
 data, so a resumed run continues the uninterrupted run's losses exactly (tests/test_trainer.py). Precision
@@ -42,7 +43,7 @@ from transformers.trainer import SCHEDULER_NAME, TRAINER_STATE_NAME
 from transformers.trainer_utils import seed_worker
 
 from ..batching import TokenBatchSampler
-from ..checkpoints import is_complete_checkpoint, last_checkpoint, remove_incomplete_checkpoints
+from ..checkpoints import has_resume_state, is_complete_checkpoint, last_checkpoint, remove_incomplete_checkpoints
 from ..data import MODEL_INPUT_COLUMNS
 from ..loss_vanilla_transformer import label_smoothed_cross_entropy
 from ..metrics import make_compute_metrics
@@ -151,6 +152,14 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
                     f"`resume_from_checkpoint` {resume_from_checkpoint!r} has no readable {TRAINER_STATE_NAME}, which "
                     f"the Trainer writes last: its save did not finish. Resume from an earlier checkpoint (True takes "
                     f"the newest complete one)."
+                )
+            if not has_resume_state(resume_from_checkpoint) and not self.args.save_only_model:
+                # The Trainer would go on without it, silently: a fresh Adam, the schedule from its start.
+                raise ValueError(
+                    f"`resume_from_checkpoint` {resume_from_checkpoint!r} holds the weights only: its optimizer state "
+                    f"was removed at the end of its run (`keep_checkpoints`), which keeps it in the newest checkpoint. "
+                    f"Resume from that one (`resume_from_checkpoint` true), or start a new run from these weights "
+                    f"(`init_from`)."
                 )
             self._check_schedule_of(resume_from_checkpoint)
             if self.args.should_save:
