@@ -440,7 +440,8 @@ def test_a_finished_run_keeps_the_newest_checkpoint_whole_and_the_averaged_ones_
 
     out = tmp_path / "run"
     short = ["--plots", "false", "--max_train_samples", "300", "--generation_max_length", "5", "--save_steps", "1"]
-    short += ["--logging_steps", "1", "--average_last", "2"]
+    # No cool-down: the recipe without --config has one (0.2), whose window in 6 updates would hold only checkpoint-6.
+    short += ["--logging_steps", "1", "--average_last", "2", "--lr_cooldown", "0"]
     train.train(_args(data_dir, out, "--max_steps", "6", *short))
     assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-5", "checkpoint-6"]
     resume_state = {"optimizer.pt", "scheduler.pt", "rng_state.pth"}

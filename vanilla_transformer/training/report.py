@@ -279,33 +279,39 @@ def collect_results(trainer, tokenizer, train_split, model_args, data_args, trai
             # fitted to the budget, {"warmup_steps": [preset's, fitted], "lr_factor": [preset's, for the same peak]}.
             "recipe": {**getattr(args, "recipe", {}), "warmup_fitted": getattr(args, "warmup_fitted", None)},
             "final_train_loss": train_result.training_loss,
-            "hyperparameters": {
-                "max_tokens": args.max_tokens,
-                "warmup_steps": args.warmup_steps,
-                "lr_factor": args.lr_factor,
-                "lr_cooldown": args.lr_cooldown,
-                # The updates where the cool-down ran (a timed run plans them during training), or None.
-                "lr_cooldown_updates": [
-                    getattr(trainer.lr_scheduler, "cooldown_start", None),
-                    getattr(trainer.lr_scheduler, "cooldown_end", None),
-                ]
-                if args.lr_cooldown
-                else None,
-                "label_smoothing": args.label_smoothing_factor,
-                "lr_schedule": args.lr_schedule,
-                "subword_split": args.subword_split,
-                "bidirectional_steps": args.bidirectional_steps,
-                "adam_betas": [args.adam_beta1, args.adam_beta2],
-                "adam_epsilon": args.adam_epsilon,
-                "dropout": config.dropout,
-                "gradient_accumulation_steps": args.gradient_accumulation_steps,
-                "seed": args.seed,
-            },
+            "hyperparameters": hyperparameters(trainer),
         },
         "checkpoint_averaging": None,
         "best_checkpoint": trainer.state.best_model_checkpoint,
         "best_validation_bleu": trainer.state.best_metric,
         "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
+    }
+
+
+def hyperparameters(trainer) -> dict:
+    """The recipe the run trained with, as the model card's training table shows it."""
+    args, config = trainer.args, trainer.model.config
+    return {
+        "max_tokens": args.max_tokens,
+        "warmup_steps": args.warmup_steps,
+        "lr_factor": args.lr_factor,
+        "lr_cooldown": args.lr_cooldown,
+        # The updates where the cool-down ran (a timed run plans them during training), or None.
+        "lr_cooldown_updates": [
+            getattr(trainer.lr_scheduler, "cooldown_start", None),
+            getattr(trainer.lr_scheduler, "cooldown_end", None),
+        ]
+        if args.lr_cooldown
+        else None,
+        "label_smoothing": args.label_smoothing_factor,
+        "lr_schedule": args.lr_schedule,
+        "subword_split": args.subword_split,
+        "bidirectional_steps": args.bidirectional_steps,
+        "adam_betas": [args.adam_beta1, args.adam_beta2],
+        "adam_epsilon": args.adam_epsilon,
+        "dropout": config.dropout,
+        "gradient_accumulation_steps": args.gradient_accumulation_steps,
+        "seed": args.seed,
     }
 
 
