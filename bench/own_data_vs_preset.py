@@ -13,11 +13,14 @@ processes with the machine's threads:
 2. the same command with `--config multi30k_en_de_cpu` before its options (the command line wins over the preset, so
    the data, direction and time are the same).
 
-and prints, for each: the recipe, the precision and why, the minutes, updates, validation BLEU at the end, and test
+(`--side-by-side`: both at once, each pinned to one of the machine's first two CPUs with one thread, so the two
+share every condition of the machine and the comparison takes the time limit once; each has half the machine, so
+both make fewer updates than alone) and prints, for each: the recipe, the precision and why, the minutes, updates, validation BLEU at the end, and test
 BLEU of the final and the averaged model, with the CPU's flags. A full comparison takes twice the README's time
 limit (2 hours) plus the test translations:
 
     python bench/own_data_vs_preset.py                            # the README's 60 minutes, each
+    python bench/own_data_vs_preset.py --side-by-side             # both at once, one CPU each: 1 hour
     python bench/own_data_vs_preset.py --minutes 0.5 --eval-pairs 50 --work /tmp/own   # does the script work?
 """
 
@@ -77,18 +80,30 @@ def write_tables(argv: list[str], data_dir: Path, langs: tuple[str, str], eval_p
         (corpus / f"{argv[argv.index(f'--{flag}_split') + 1]}.tsv").write_text("\n".join(lines) + "\n", "utf-8")
 
 
-def run(name: str, argv: list[str], log: Path) -> float:
-    """`vanilla-transformer train ARGV` in a new process (the console script beside this Python, else the module);
-    its output goes to `log`. Returns the wall-clock seconds; exits if the command fails."""
+def start(name: str, argv: list[str], log: Path, cpu: int | None = None) -> tuple[subprocess.Popen, float]:
+    """`vanilla-transformer train ARGV` in a new process (the console script beside this Python, else the module),
+    its output to `log`; with `cpu`, pinned to that CPU with one thread (OpenMP's and the tokenizer's)."""
     script = Path(sys.executable).parent / "vanilla-transformer"
     command = [str(script)] if script.is_file() else [sys.executable, "-m", "vanilla_transformer.cli"]
-    print(f"[{name}] vanilla-transformer train {' '.join(argv)}  (log: {log})", flush=True)
-    started = time.perf_counter()
+    env = dict(os.environ)
+    if cpu is not None:
+        env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", RAYON_NUM_THREADS="1")
+    where = f", CPU {cpu}, 1 thread" if cpu is not None else ""
+    print(f"[{name}] vanilla-transformer train {' '.join(argv)}  (log: {log}{where})", flush=True)
+    pin = (lambda: os.sched_setaffinity(0, {cpu})) if cpu is not None else None
     with log.open("w") as handle:
-        result = subprocess.run([*command, "train", *argv], stdout=handle, stderr=subprocess.STDOUT, env=os.environ)
+        process = subprocess.Popen(
+            [*command, "train", *argv], stdout=handle, stderr=subprocess.STDOUT, env=env, preexec_fn=pin
+        )
+    return process, time.perf_counter()
+
+
+def finish(name: str, process: subprocess.Popen, started: float, log: Path) -> float:
+    """Waits for a run of `start`; returns its wall-clock seconds, exits if the command failed."""
+    process.wait()
     seconds = time.perf_counter() - started
-    if result.returncode != 0:
-        raise SystemExit(f"[{name}] exit status {result.returncode} after {seconds:.0f} s: see {log}")
+    if process.returncode != 0:
+        raise SystemExit(f"[{name}] exit status {process.returncode} after {seconds:.0f} s: see {log}")
     return seconds
 
 
@@ -129,7 +144,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--work", type=Path, default=ROOT / "runs" / "own_data_vs_preset", help="Directory for data and runs."
     )
+    parser.add_argument(
+        "--side-by-side",
+        action="store_true",
+        help="Both runs at once, each pinned to one CPU with one thread (CPUs 0 and 1).",
+    )
     args = parser.parse_args(argv)
+    if args.side_by_side and len(os.sched_getaffinity(0)) < 2:
+        raise SystemExit("--side-by-side needs two CPUs: this process may run on one.")
     if args.work.exists():
         raise SystemExit(f"--work {args.work} exists: remove it or choose another directory (runs are not mixed).")
 
@@ -150,12 +172,19 @@ def main(argv: list[str] | None = None) -> int:
     minutes = own[own.index("--max_train_minutes") + 1]
     write_tables(own, args.data_dir, (args.src, args.tgt), args.eval_pairs)
     preset = ["--config", args.preset, *substitute(own, output_dir=args.work / "preset")]
-    seconds = {
-        "readme": run("readme", own, args.work / "readme.log"),
-        "preset": run("preset", preset, args.work / "preset.log"),
-    }
+    runs = {"readme": own, "preset": preset}
+    seconds = {}
+    if args.side_by_side:
+        cpus = sorted(os.sched_getaffinity(0))[:2]
+        started = {name: start(name, argv, args.work / f"{name}.log", cpu) for (name, argv), cpu in zip(runs.items(), cpus)}
+        for name, (process, began) in started.items():
+            seconds[name] = finish(name, process, began, args.work / f"{name}.log")
+    else:
+        for name, argv in runs.items():
+            seconds[name] = finish(name, *start(name, argv, args.work / f"{name}.log"), args.work / f"{name}.log")
     rows = {"README command": summary(args.work / "readme"), f"--config {args.preset}": summary(args.work / "preset")}
-    print(f"\n{args.src}->{args.tgt}, {minutes} minutes each; CPU: {json.dumps(cpu_flags())}")
+    mode = "side by side, one CPU and one thread each" if args.side_by_side else "one after the other, all threads"
+    print(f"\n{args.src}->{args.tgt}, {minutes} minutes each, {mode}; CPU: {json.dumps(cpu_flags())}")
     for name, row in rows.items():
         hardware = row.pop("hardware")
         print(f"\n{name} ({seconds['readme' if name.startswith('README') else 'preset']:.0f} s in all): {hardware}")
