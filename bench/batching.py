@@ -40,8 +40,8 @@ from _data import MULTI30K  # noqa: E402  (bench/, the script's directory)
 from transformers import DataCollatorForSeq2Seq  # noqa: E402
 
 from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration  # noqa: E402
-from vanilla_transformer.batching import TokenBatchSampler, padding_stats  # noqa: E402
-from vanilla_transformer.data import MODEL_INPUT_COLUMNS, load_parallel_corpus, tokenize_corpus  # noqa: E402
+from vanilla_transformer.data.batching import TokenBatchSampler, padding_stats  # noqa: E402
+from vanilla_transformer.data.corpus import MODEL_INPUT_COLUMNS, load_parallel_corpus, tokenize_corpus  # noqa: E402
 
 
 def parse_args() -> argparse.Namespace:
@@ -67,7 +67,7 @@ def parse_args() -> argparse.Namespace:
 def shared_tokenizer(train, vocab_size: int):
     texts = itertools.chain(train["source"], train["target"])
     try:
-        from vanilla_transformer.tokenization import train_tokenizer
+        from vanilla_transformer.data.tokenizer import train_tokenizer
     except ImportError:  # the package's tokenizer module is missing: a plain BPE does for this measurement
         return _inline_bpe(texts, vocab_size)
     return train_tokenizer(texts, vocab_size=vocab_size)

@@ -4,14 +4,14 @@ Speed (default): for each preset (`small`, `base`; random weights, since speed d
 decoding (beam 4 and greedy), the same Multi30k test2016 source sentences are translated end to end (tokenize,
 decode, detokenize) by
 
-- `generate-float32`, `generate-bfloat16`: `vanilla_transformer.translate.translate` (batches of 32 sorted by length,
+- `generate-float32`, `generate-bfloat16`: `vanilla_transformer.translation.translate.translate` (batches of 32 sorted by length,
   `model.generate` with the model's generation config), weights and computation in that dtype;
 - `ct2-float32`, `ct2-int8`, and `ct2-bfloat16` where CTranslate2 computes in bfloat16 on this CPU:
   `translate_ctranslate2` on the exported model (same tokens as `generate` in float32).
 
 Each engine runs in its own worker process (torch and CTranslate2 are never timed in one process: with both loaded,
 their OpenMP runtimes interfere); the CTranslate2 workers do not even import torch (they load
-`vanilla_transformer/export_ctranslate2.py` as a file, which translation needs nothing else of). The workers are
+`vanilla_transformer/translation/ctranslate2.py` as a file, which translation needs nothing else of). The workers are
 started once and then driven in interleaved rounds (each round runs every engine once, in a rotating order), so load
 from other jobs on the machine falls on all engines alike. Printed per preset and decoding: the median wall and CPU
 time of each engine, its speed-up over `generate-float32` (ratio of medians, CPU time: the steadier clock on a
@@ -21,7 +21,7 @@ Random weights never emit `</s>`, so the output length is fixed: `--new-tokens` 
 German sentence), the same number of decoder steps for every engine. (`--new-tokens 0` uses the model's rule,
 at most source length + 50 tokens: every random-weight translation then runs to that limit, which a trained model
 rarely does, and CTranslate2 decodes beam-search batches of one source length only, to reproduce `generate`'s
-per-sentence limit; see vanilla_transformer/export_ctranslate2.py.) The `--bleu` run times a trained model end to
+per-sentence limit; see vanilla_transformer/translation/ctranslate2.py.) The `--bleu` run times a trained model end to
 end.
 
 BLEU (`--bleu CHECKPOINT`): test2016 BLEU (sacreBLEU, 13a) of a trained checkpoint translated by `generate`
@@ -55,7 +55,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data" / "multi30k"
-MODULE_FILE = ROOT / "vanilla_transformer" / "export_ctranslate2.py"
+MODULE_FILE = ROOT / "vanilla_transformer" / "translation" / "ctranslate2.py"
 
 
 def read_gz(path: Path, limit: int | None = None) -> list[str]:
@@ -89,8 +89,8 @@ def worker(args) -> None:
         import torch
 
         sys.path.insert(0, str(ROOT))
-        from vanilla_transformer.loading import load_model
-        from vanilla_transformer.translate import translate
+        from vanilla_transformer.translation.loading import load_model
+        from vanilla_transformer.translation.translate import translate
 
         torch.set_num_threads(args.threads)
         model, tokenizer = load_model(args.model, dtype=dtype, device="cpu")
@@ -172,8 +172,8 @@ def build_preset(preset: str, tokenizer_dir: Path, work: Path, ct2_types: list[s
     import torch
 
     from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
-    from vanilla_transformer.export_ctranslate2 import export_ctranslate2
-    from vanilla_transformer.tokenization import load_tokenizer
+    from vanilla_transformer.data.tokenizer import load_tokenizer
+    from vanilla_transformer.translation.ctranslate2 import export_ctranslate2
 
     tokenizer = load_tokenizer(str(tokenizer_dir))
     torch.manual_seed(0)
@@ -188,7 +188,7 @@ def build_preset(preset: str, tokenizer_dir: Path, work: Path, ct2_types: list[s
 
 
 def speed(args) -> None:
-    from vanilla_transformer.export_ctranslate2 import import_ctranslate2
+    from vanilla_transformer.translation.ctranslate2 import import_ctranslate2
 
     ctranslate2 = import_ctranslate2()
     import torch
@@ -211,7 +211,7 @@ def speed(args) -> None:
         work = Path(tmp)
         tokenizer_dir = args.tokenizer
         if tokenizer_dir is None:
-            from vanilla_transformer.tokenization import train_tokenizer
+            from vanilla_transformer.data.tokenizer import train_tokenizer
 
             tokenizer = train_tokenizer(
                 read_gz(args.data / "train.en.gz") + read_gz(args.data / "train.de.gz"), vocab_size=8000
@@ -276,7 +276,7 @@ def speed(args) -> None:
 def bleu(args) -> None:
     import sacrebleu
 
-    from vanilla_transformer.export_ctranslate2 import export_ctranslate2
+    from vanilla_transformer.translation.ctranslate2 import export_ctranslate2
 
     sources = read_gz(args.data / "test_2016_flickr.en.gz")
     references = read_gz(args.data / "test_2016_flickr.de.gz")

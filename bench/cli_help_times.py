@@ -56,7 +56,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=5, help="runs per command (default 5)")
     args = parser.parse_args()
-    from vanilla_transformer.precision import cpu_model_name  # torch, in this process only: the runs are new ones
+    from vanilla_transformer.translation.precision import (
+        cpu_model_name,  # torch, in this process only: the runs are new ones
+    )
 
     print(f"CPU: {cpu_model_name()} ({os.cpu_count()} logical cores); Python {platform.python_version()}")
     print(f"median of {args.runs} runs, seconds, process start to exit")

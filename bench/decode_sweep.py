@@ -25,8 +25,8 @@ from _data import MULTI30K, load_run_average, read_run_split
 from machine_peak import cpu_flags
 
 from vanilla_transformer import VanillaTransformerForConditionalGeneration
-from vanilla_transformer.metrics import compute_bleu_with_lowercase
-from vanilla_transformer.translate import translate
+from vanilla_transformer.evaluation.bleu import compute_bleu_with_lowercase
+from vanilla_transformer.translation.translate import translate
 
 
 def load(run_dir: Path, average: int, tmp: str):

@@ -37,8 +37,8 @@ def main() -> None:
     import torch
 
     from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration, demo
-    from vanilla_transformer.precision import cpu_model_name
-    from vanilla_transformer.tokenization import train_tokenizer
+    from vanilla_transformer.data.tokenizer import train_tokenizer
+    from vanilla_transformer.translation.precision import cpu_model_name
 
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -38,7 +38,7 @@ from _data import MULTI30K, read_lines  # noqa: E402
 from machine_peak import cpu_flags  # noqa: E402
 
 from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration  # noqa: E402
-from vanilla_transformer.tokenization import train_tokenizer  # noqa: E402
+from vanilla_transformer.data.tokenizer import train_tokenizer  # noqa: E402
 
 
 def decode(model, batches, **options) -> tuple[float, int]:

@@ -176,7 +176,9 @@ def main(argv: list[str] | None = None) -> int:
     seconds = {}
     if args.side_by_side:
         cpus = sorted(os.sched_getaffinity(0))[:2]
-        started = {name: start(name, argv, args.work / f"{name}.log", cpu) for (name, argv), cpu in zip(runs.items(), cpus)}
+        started = {
+            name: start(name, argv, args.work / f"{name}.log", cpu) for (name, argv), cpu in zip(runs.items(), cpus)
+        }
         for name, (process, began) in started.items():
             seconds[name] = finish(name, process, began, args.work / f"{name}.log")
     else:

@@ -36,12 +36,12 @@ from safetensors.torch import load_file, save_file
 
 import vanilla_transformer  # registers the Auto classes
 from vanilla_transformer.configuration_vanilla_transformer import VanillaTransformerConfig
-from vanilla_transformer.hub import files_to_push
-from vanilla_transformer.metrics import compute_bleu_with_lowercase
-from vanilla_transformer.model_card import write_attention_figure, write_model_card
+from vanilla_transformer.evaluation.bleu import compute_bleu_with_lowercase
+from vanilla_transformer.hub.model_card import write_attention_figure, write_model_card
+from vanilla_transformer.hub.push import files_to_push
 from vanilla_transformer.modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
-from vanilla_transformer.shipped import PRETRAINED_DIR
-from vanilla_transformer.translate import translate
+from vanilla_transformer.translation.shipped import PRETRAINED_DIR
+from vanilla_transformer.translation.translate import translate
 
 
 PACKAGE = Path(vanilla_transformer.__file__).resolve().parent

@@ -1,4 +1,4 @@
-"""What subword splitting (`--subword_split P`, vanilla_transformer/subword_split.py) costs in tokens and padding.
+"""What subword splitting (`--subword_split P`, vanilla_transformer/training/augmentation.py) costs in tokens and padding.
 
 Builds one epoch of Multi30k EN->DE training batches the way train.py does (shared BPE trained on the training split,
 `TokenBatchSampler` with `--max-tokens`, `DataCollatorForSeq2Seq`), splits each batch as the trainer does
@@ -24,10 +24,10 @@ import torch  # noqa: E402
 from _data import MULTI30K, read_lines  # noqa: E402  (bench/, the script's directory)
 from transformers import DataCollatorForSeq2Seq  # noqa: E402
 
-from vanilla_transformer.batching import TokenBatchSampler  # noqa: E402
-from vanilla_transformer.data import tokenize_corpus  # noqa: E402
-from vanilla_transformer.subword_split import merge_tree, split_batch  # noqa: E402
-from vanilla_transformer.tokenization import train_tokenizer  # noqa: E402
+from vanilla_transformer.data.batching import TokenBatchSampler  # noqa: E402
+from vanilla_transformer.data.corpus import tokenize_corpus  # noqa: E402
+from vanilla_transformer.data.tokenizer import train_tokenizer  # noqa: E402
+from vanilla_transformer.training.augmentation import merge_tree, split_batch  # noqa: E402
 
 
 def main() -> None:

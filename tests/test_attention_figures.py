@@ -16,15 +16,15 @@ from helpers import BLOCK_PACKAGE, read_multi30k, subprocess_env
 from safetensors.torch import load_file
 
 from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration, attention_figures
-from vanilla_transformer.attention_figures import (
+from vanilla_transformer.cli import main
+from vanilla_transformer.data.tokenizer import train_tokenizer
+from vanilla_transformer.evaluation.attention import (
     LINE_WIDTH,
     attention_figure,
     attention_weights,
     draw_attention,
     token_labels,
 )
-from vanilla_transformer.cli import main
-from vanilla_transformer.tokenization import train_tokenizer
 
 
 SOURCE = "Two young men are riding bicycles down the street."
@@ -362,7 +362,9 @@ def test_command_checks_its_options_before_loading_the_model(
     checkpoint, tmp_path, capsys, monkeypatch, options, flag, message
 ):
     # The layer and head counts come from config.json; the model is never loaded (nor a sentence translated).
-    monkeypatch.setattr("vanilla_transformer.loading.load_model", lambda *a, **k: pytest.fail("model loaded"))
+    monkeypatch.setattr(
+        "vanilla_transformer.translation.loading.load_model", lambda *a, **k: pytest.fail("model loaded")
+    )
     options = [option.replace("{tmp}", str(tmp_path)) for option in options]
     argv = ["attention", "--model", str(checkpoint), SOURCE, "--output", str(tmp_path / "a.png"), *options]
     status = main(argv)
@@ -413,7 +415,7 @@ def test_remote_code_model_in_a_process_without_the_package(checkpoint, weights,
 
 
 def test_model_card_figure(model, tokenizer, tmp_path, monkeypatch, caplog):
-    from vanilla_transformer.model_card import write_attention_figure
+    from vanilla_transformer.hub.model_card import write_attention_figure
 
     monkeypatch.setattr(model.generation_config, "num_beams", 3)  # the figure decodes as the model does
     entry = write_attention_figure(model, tokenizer, SOURCE, tmp_path, split="val")
@@ -438,6 +440,6 @@ def test_model_card_figure(model, tokenizer, tmp_path, monkeypatch, caplog):
     assert write_attention_figure(model, tokenizer, SOURCE, tmp_path / "long") is None
     monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
     assert write_attention_figure(model, tokenizer, SOURCE, tmp_path / "none") is None
-    ours = [r.message for r in caplog.records if r.name == "vanilla_transformer.model_card"]
+    ours = [r.message for r in caplog.records if r.name == "vanilla_transformer.hub.model_card"]
     assert len(ours) == 2 and all(m.startswith("No attention figure in the model card: ") for m in ours)
     assert "`source` has " in ours[0] and attention_figures.PLOT_HINT in ours[1]

@@ -9,7 +9,7 @@ from safetensors import safe_open
 from safetensors.torch import load_file
 
 from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
-from vanilla_transformer.averaging import average_checkpoints, average_state_dicts, last_checkpoints, main
+from vanilla_transformer.training.averaging import average_checkpoints, average_state_dicts, last_checkpoints, main
 
 
 TINY = dict(

@@ -9,9 +9,9 @@ from helpers import read_multi30k
 from test_trainer import check_option_resumes_exactly, make_trainer, tiny_model
 from transformers import DataCollatorForSeq2Seq
 
-from vanilla_transformer.data import tokenize_corpus
-from vanilla_transformer.tokenization import train_tokenizer
-from vanilla_transformer.training.arguments import VanillaTrainingArguments
+from vanilla_transformer.data.corpus import tokenize_corpus
+from vanilla_transformer.data.tokenizer import train_tokenizer
+from vanilla_transformer.training.options import VanillaTrainingArguments
 from vanilla_transformer.training.trainer import VanillaTransformerTrainer
 
 

@@ -12,9 +12,9 @@ from helpers import TINY_SIZES, read_multi30k, subprocess_env, train_steps
 
 from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 from vanilla_transformer.cli import build_parser, main, read_lines
-from vanilla_transformer.loading import load_model
-from vanilla_transformer.precision import fast_attention_implementation
-from vanilla_transformer.tokenization import train_tokenizer
+from vanilla_transformer.data.tokenizer import train_tokenizer
+from vanilla_transformer.translation.loading import load_model
+from vanilla_transformer.translation.precision import fast_attention_implementation
 
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -310,7 +310,7 @@ def test_help_documents_every_option(capsys):
 
 
 def test_push_help_gives_the_commit_message_it_uses(capsys):
-    from vanilla_transformer.hub import DEFAULT_COMMIT_MESSAGE
+    from vanilla_transformer.hub.push import DEFAULT_COMMIT_MESSAGE
 
     with pytest.raises(SystemExit):
         main(["push", "--help"])
@@ -468,7 +468,9 @@ def test_help_imports_no_heavy_module(command):
     )
     assert result.returncode == 0 and "usage: vanilla-transformer" in result.stdout, result.stderr[-2000:]
     imported = {line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines() if line.startswith("import")}
-    assert "vanilla_transformer.loading" in imported  # what cli.py imports: the listing is the one of this process
+    assert (
+        "vanilla_transformer.translation.loading" in imported
+    )  # what cli.py imports: the listing is the one of this process
     heavy = sorted(name for name in imported if name.split(".")[0] in HEAVY_MODULES)
     assert heavy == [], heavy
 

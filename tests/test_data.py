@@ -1,4 +1,4 @@
-"""Tests of vanilla_transformer.data: loading parallel corpora, tokenizing/filtering, token batching.
+"""Tests of vanilla_transformer.data.corpus: loading parallel corpora, tokenizing/filtering, token batching.
 
 Expected values are computed independently here (reading the gzip files line by line, calling the
 tokenizer directly, recomputing batch costs from the lengths), not taken from the code under test.
@@ -18,8 +18,8 @@ from helpers import MULTI30K, TINY_SIZES, read_multi30k
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import DataCollatorForSeq2Seq, PreTrainedTokenizerFast
 
-from vanilla_transformer.batching import TokenBatchSampler, padding_stats
-from vanilla_transformer.data import MODEL_INPUT_COLUMNS, load_parallel_corpus, tokenize_corpus
+from vanilla_transformer.data.batching import TokenBatchSampler, padding_stats
+from vanilla_transformer.data.corpus import MODEL_INPUT_COLUMNS, load_parallel_corpus, tokenize_corpus
 
 
 M30K_SPLITS = {"validation": "val", "test": "test_2016_flickr"}
@@ -366,7 +366,7 @@ def test_filtering_counts_per_split(multi30k, tokenizer, caplog):
     pairs = base[:10] + odd + base[10:]
     corpus = datasets.Dataset.from_dict({"source": [s for s, _ in pairs], "target": [t for _, t in pairs]})
     dsd = datasets.DatasetDict({"train": corpus, "validation": corpus})
-    with caplog.at_level(logging.INFO, logger="vanilla_transformer.data"):
+    with caplog.at_level(logging.INFO, logger="vanilla_transformer.data.corpus"):
         out = tokenize_corpus(dsd, tokenizer, max_length=60, max_length_ratio=2.5)
 
     for split in ("train", "validation"):
@@ -419,7 +419,7 @@ def test_tokenize_num_proc_and_cache(tmp_path, tokenizer, cache):
 
 
 def test_project_tokenizer_works_if_present(multi30k):
-    tokenization = pytest.importorskip("vanilla_transformer.tokenization")
+    tokenization = pytest.importorskip("vanilla_transformer.data.tokenizer")
     tok = tokenization.train_tokenizer(read_multi30k("val.en.gz") + read_multi30k("val.de.gz"), vocab_size=1000)
     out = tokenize_corpus(datasets.DatasetDict({"train": multi30k["validation"].select(range(20))}), tok)["train"]
     assert all(ids[-1] == tok.eos_token_id for ids in out["labels"])

@@ -33,9 +33,9 @@ from vanilla_transformer import (  # noqa: E402
     VanillaTransformerForConditionalGeneration,
     demo,  # noqa: E402
 )
-from vanilla_transformer.attention_figures import AttentionWeights, attention_weights  # noqa: E402
 from vanilla_transformer.cli import main  # noqa: E402
-from vanilla_transformer.tokenization import train_tokenizer  # noqa: E402
+from vanilla_transformer.data.tokenizer import train_tokenizer  # noqa: E402
+from vanilla_transformer.evaluation.attention import AttentionWeights, attention_weights  # noqa: E402
 
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -14,7 +14,7 @@ import torch
 from helpers import read_multi30k, subprocess_env, train_steps
 
 from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
-from vanilla_transformer.export_ctranslate2 import import_ctranslate2
+from vanilla_transformer.translation.ctranslate2 import import_ctranslate2
 
 
 try:
@@ -26,13 +26,13 @@ except ImportError as error:
     )
 
 from vanilla_transformer.cli import main  # noqa: E402
-from vanilla_transformer.export_ctranslate2 import (  # noqa: E402
+from vanilla_transformer.data.tokenizer import train_tokenizer  # noqa: E402
+from vanilla_transformer.translation.ctranslate2 import (  # noqa: E402
     CTranslate2Model,
     export_ctranslate2,
     translate_ctranslate2,
 )
-from vanilla_transformer.tokenization import train_tokenizer  # noqa: E402
-from vanilla_transformer.translate import translate  # noqa: E402
+from vanilla_transformer.translation.translate import translate  # noqa: E402
 
 
 MAX_LENGTH = 48  # the tokenizer's model_max_length: the longest source translate() takes
@@ -328,7 +328,7 @@ def test_a_directory_that_is_not_an_export_is_a_clear_error(trained_model, token
 def test_ctranslate2_keeps_its_own_openmp_runtime_when_torch_is_loaded_first(tmp_path):
     """Imported after torch, CTranslate2 would run its threads in torch's libgomp (both engines slow down);
     `import_ctranslate2` loads it so that it binds its own, as when it is imported first."""
-    script = "import torch; import vanilla_transformer.export_ctranslate2 as m; m.import_ctranslate2()"
+    script = "import torch; import vanilla_transformer.translation.ctranslate2 as m; m.import_ctranslate2()"
     log = tmp_path / "ld"
     # LD_BIND_NOW: every symbol is bound (and logged) when its library is loaded, not at its first call.
     env = subprocess_env(LD_DEBUG="bindings", LD_DEBUG_OUTPUT=str(log), LD_BIND_NOW="1")

@@ -34,7 +34,7 @@ from transformers import AutoModel, AutoModelForSeq2SeqLM, AutoTokenizer
 
 from vanilla_transformer import VanillaTransformerForConditionalGeneration, VanillaTransformerModel
 from vanilla_transformer.cli import main as cli_main
-from vanilla_transformer.hub import DEFAULT_COMMIT_MESSAGE, check_hub_access, files_to_push, push_run
+from vanilla_transformer.hub.push import DEFAULT_COMMIT_MESSAGE, check_hub_access, files_to_push, push_run
 
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -75,7 +75,7 @@ def online():
 def load_train_py():
     """The training command's module (`vanilla-transformer train`, `python train.py`); its `train()` returns the
     results."""
-    return importlib.import_module("vanilla_transformer.train")
+    return importlib.import_module("vanilla_transformer.training.command")
 
 
 def train_args(data_dir, output_dir, *extra):
@@ -508,7 +508,7 @@ def test_push_command(run, hub, capsys):
 def test_push_of_a_shipped_model_uploads_its_folder_as_it_is(hub, capsys):
     """`vanilla-transformer push multi30k-en-de REPO`: the repo holds the folder's files (the card rendered for that
     repo id, still naming the shipped model), and the package's folder is left exactly as it was."""
-    from vanilla_transformer.shipped import DEFAULT_MODEL, shipped_model_path
+    from vanilla_transformer.translation.shipped import DEFAULT_MODEL, shipped_model_path
 
     folder = Path(shipped_model_path(DEFAULT_MODEL))
     before = {p.name: p.read_bytes() for p in folder.iterdir()}

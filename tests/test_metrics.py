@@ -11,8 +11,8 @@ from helpers import read_multi30k
 from transformers import EvalPrediction
 
 from vanilla_transformer import metrics
-from vanilla_transformer.metrics import compute_bleu, make_compute_metrics
-from vanilla_transformer.tokenization import train_tokenizer
+from vanilla_transformer.data.tokenizer import train_tokenizer
+from vanilla_transformer.evaluation.bleu import compute_bleu, make_compute_metrics
 
 
 read = read_multi30k  # read(name, n): the first n lines of a Multi30k file
@@ -151,7 +151,7 @@ def test_paper_style_bleu_is_tokenized_compound_split_bleu_checked_by_hand():
     reference   Ein gut ##AT##-##AT## bekannter Mann läuft .   (7 tokens)
     n-gram matches 6/6, 4/5, 3/4, 2/3; brevity penalty exp(1 - 7/6);
     BLEU = exp(-1/6) * (1 * 4/5 * 3/4 * 2/3) ** (1/4) = 0.84648 * 0.79527 = 67.318."""
-    from vanilla_transformer.metrics import paper_style_bleu, paper_style_tokenize
+    from vanilla_transformer.evaluation.bleu import paper_style_bleu, paper_style_tokenize
 
     assert paper_style_tokenize("Ein gut-bekannter Mann.", "de") == "Ein gut ##AT##-##AT## bekannter Mann ."
     assert paper_style_tokenize('a-b-c "x" & y', "en") == "a ##AT##-##AT## b-c &quot; x &quot; &amp; y"  # as Perl's /g

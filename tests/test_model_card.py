@@ -12,7 +12,12 @@ import yaml
 from huggingface_hub import ModelCard
 
 from vanilla_transformer import VanillaTransformerConfig
-from vanilla_transformer.model_card import local_dataset_name, paper_deviations, render_model_card, write_model_card
+from vanilla_transformer.hub.model_card import (
+    local_dataset_name,
+    paper_deviations,
+    render_model_card,
+    write_model_card,
+)
 
 
 SIGNATURE = "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0"

@@ -88,7 +88,7 @@ def test_wheel_holds_every_file_the_package_needs(wheel):
     # The console command of the README.
     entry_points = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
     assert "vanilla-transformer = vanilla_transformer.cli:main" in entry_points
-    assert {f"vanilla_transformer/configs/{p.name}" for p in (PACKAGE / "configs").glob("*.json")} <= names
+    assert {f"vanilla_transformer/training/recipes/{p.name}" for p in (PACKAGE / "training" / "recipes").glob("*.json")} <= names
 
 
 def test_dependency_floors_are_versions_that_work():
@@ -121,10 +121,10 @@ SCRIPT = textwrap.dedent(
     import vanilla_transformer
     from huggingface_hub import ModelCard
     from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
-    from vanilla_transformer.metrics import compute_bleu
-    from vanilla_transformer.model_card import write_model_card
-    from vanilla_transformer.tokenization import train_tokenizer
-    from vanilla_transformer.translate import translate
+    from vanilla_transformer.evaluation.bleu import compute_bleu
+    from vanilla_transformer.hub.model_card import write_model_card
+    from vanilla_transformer.data.tokenizer import train_tokenizer
+    from vanilla_transformer.translation.translate import translate
 
     sources = ["a dog runs in the park", "a man rides a bike", "two children play"] * 20
     targets = ["ein hund rennt im park", "ein mann fährt rad", "zwei kinder spielen"] * 20
@@ -281,7 +281,7 @@ def test_installed_wheel_trains_with_a_shipped_preset_from_any_directory(fresh_e
         [
             str(fresh_env),
             "-m",
-            "vanilla_transformer.train",
+            "vanilla_transformer.training.command",
             "--config",
             "multi30k_en_de_cpu",
             "--dataset",

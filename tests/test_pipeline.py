@@ -21,8 +21,8 @@ from vanilla_transformer import (
     VanillaTransformerForConditionalGeneration,
     pipeline_vanilla_transformer,
 )
+from vanilla_transformer.data.tokenizer import train_tokenizer
 from vanilla_transformer.pipeline_vanilla_transformer import CUSTOM_PIPELINES, TranslationPipeline
-from vanilla_transformer.tokenization import train_tokenizer
 
 
 # Three real sentences of different lengths, so that a batch of them needs padding.
@@ -211,7 +211,7 @@ def test_pipeline_and_translate_cut_inputs_alike(tokenizer, monkeypatch, positio
     # One rule for both entry points: the smaller of the model's max_position_embeddings and the tokenizer's
     # model_max_length, whatever the positions (sinusoidal ones have no table, but the config's size is the
     # longest input the model is meant for).
-    from vanilla_transformer.translate import translate
+    from vanilla_transformer.translation.translate import translate
 
     torch.manual_seed(0)
     config = VanillaTransformerConfig(

@@ -7,7 +7,7 @@ import pytest
 import torch
 from transformers import get_inverse_sqrt_schedule
 
-from vanilla_transformer.schedule import NoamLR, noam_learning_rate, peak_learning_rate
+from vanilla_transformer.training.schedule import NoamLR, noam_learning_rate, peak_learning_rate
 
 
 def paper(step, d_model, warmup, factor=1.0):

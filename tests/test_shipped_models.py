@@ -11,8 +11,8 @@ import pytest
 from helpers import BLOCK_PACKAGE, read_multi30k, subprocess_env
 from safetensors import safe_open
 
-from vanilla_transformer.hub import files_to_push
-from vanilla_transformer.shipped import (
+from vanilla_transformer.hub.push import files_to_push
+from vanilla_transformer.translation.shipped import (
     DEFAULT_MODEL,
     PRETRAINED_DIR,
     resolve_model,
@@ -77,8 +77,8 @@ def test_the_remote_code_files_are_the_packages(name):
 @pytest.fixture(scope="module")
 def package_translations():
     """The default model's translations through the package: `load_model` by short name and `translate`."""
-    from vanilla_transformer.loading import load_model
-    from vanilla_transformer.translate import translate
+    from vanilla_transformer.translation.loading import load_model
+    from vanilla_transformer.translation.translate import translate
 
     model, tokenizer = load_model(DEFAULT_MODEL, device="cpu")
     return translate(model, tokenizer, SENTENCES)

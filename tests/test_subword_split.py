@@ -1,4 +1,4 @@
-"""Subword splitting (subword_split.py): the merge tree read from the tokenizer, splits that keep the text and have
+"""Subword splitting (training/augmentation.py): the merge tree read from the tokenizer, splits that keep the text and have
 the expected length, collated batches split and padded again, and the trainer's training batches (and only those)
 split, reproducibly and resumably."""
 
@@ -12,10 +12,10 @@ from test_trainer import check_option_resumes_exactly, make_trainer, tiny_model
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import DataCollatorForSeq2Seq, PreTrainedTokenizerFast
 
-from vanilla_transformer.data import tokenize_corpus
-from vanilla_transformer.subword_split import merge_tree, split_batch, split_subwords
-from vanilla_transformer.tokenization import train_tokenizer
-from vanilla_transformer.training.arguments import VanillaTrainingArguments
+from vanilla_transformer.data.corpus import tokenize_corpus
+from vanilla_transformer.data.tokenizer import train_tokenizer
+from vanilla_transformer.training.augmentation import merge_tree, split_batch, split_subwords
+from vanilla_transformer.training.options import VanillaTrainingArguments
 from vanilla_transformer.training.trainer import VanillaTransformerTrainer
 
 

@@ -13,7 +13,7 @@ import pytest
 from helpers import BLOCK_PACKAGE, read_multi30k, subprocess_env
 
 from vanilla_transformer import VanillaTransformerConfig
-from vanilla_transformer.tokenization import (
+from vanilla_transformer.data.tokenizer import (
     SPECIAL_TOKENS,
     check_tokenizer_fits_model,
     load_tokenizer,
@@ -63,7 +63,7 @@ def test_vocabulary_has_the_requested_size_and_contiguous_ids(tokenizer):
 
 def test_too_small_corpus_gives_a_smaller_vocabulary_and_a_warning(caplog):
     texts = read_multi30k("train.en.gz", 20)
-    with caplog.at_level(logging.WARNING, logger="vanilla_transformer.tokenization"):
+    with caplog.at_level(logging.WARNING, logger="vanilla_transformer.data.tokenizer"):
         small = train_tokenizer(texts, vocab_size=8000)
     assert 260 < len(small) < 8000
     assert sorted(small.get_vocab().values()) == list(range(len(small)))

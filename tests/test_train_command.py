@@ -14,7 +14,7 @@ from helpers import read_multi30k, subprocess_env, write_multi30k_subset
 from safetensors.torch import load_file
 
 from vanilla_transformer import train
-from vanilla_transformer.training.arguments import PRESETS_DIR, default_recipe, parse_args, shipped_presets
+from vanilla_transformer.training.options import PRESETS_DIR, default_recipe, parse_args, shipped_presets
 
 
 REFERENCE = Path(__file__).resolve().parent / "data" / "reference_losses.json"
@@ -147,7 +147,10 @@ def test_a_preset_key_with_a_typo_gets_a_did_you_mean(tmp_path, capsys, monkeypa
 def test_the_command_line_gives_no_traceback_and_exit_status_2(tmp_path):
     """As a person runs it: the module form and the repository's train.py, in another directory."""
     root = Path(__file__).resolve().parents[1]
-    for command in ([sys.executable, "-m", "vanilla_transformer.train"], [sys.executable, str(root / "train.py")]):
+    for command in (
+        [sys.executable, "-m", "vanilla_transformer.training.command"],
+        [sys.executable, str(root / "train.py")],
+    ):
         result = subprocess.run(
             [*command, "--dataset", str(tmp_path / "missing"), "--report_to", "none"],
             cwd=tmp_path,

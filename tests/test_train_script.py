@@ -13,9 +13,9 @@ import torch
 from helpers import MULTI30K, subprocess_env, write_multi30k_subset
 
 from vanilla_transformer import VanillaTransformerForConditionalGeneration, train
-from vanilla_transformer.tokenization import load_tokenizer
+from vanilla_transformer.data.tokenizer import load_tokenizer
 from vanilla_transformer.training import report
-from vanilla_transformer.training.arguments import PRESETS_DIR, VanillaTrainingArguments
+from vanilla_transformer.training.options import PRESETS_DIR, VanillaTrainingArguments
 from vanilla_transformer.training.report import describe_hardware
 
 
@@ -296,7 +296,7 @@ def test_a_float32_cpu_run_trains_with_the_cpu_float32_options_and_records_them(
         )
     )
     extra = ["--max_steps", "2", "--test_split", "", "--plots", "false", "--max_train_samples", "300", *command_line]
-    with caplog.at_level(logging.INFO, logger="vanilla_transformer.train"):
+    with caplog.at_level(logging.INFO, logger="vanilla_transformer.training.command"):
         results = train.train(["--config", str(config), *_args(data_dir, tmp_path / "run", *extra, "--bf16", "false")])
     assert results["training"]["precision"]["cpu_float32_options"] == options
     hyperparameters = results["training"]["hyperparameters"]
@@ -436,7 +436,7 @@ def test_a_finished_run_keeps_the_newest_checkpoint_whole_and_the_averaged_ones_
     their optimizer state, and the others are deleted; a stripped checkpoint is refused for resuming."""
     from safetensors.torch import load_file
 
-    from vanilla_transformer.averaging import average_checkpoints
+    from vanilla_transformer.training.averaging import average_checkpoints
 
     out = tmp_path / "run"
     short = ["--plots", "false", "--max_train_samples", "300", "--generation_max_length", "5", "--save_steps", "1"]
@@ -518,7 +518,7 @@ def test_bad_data_files_fail_before_training(data_dir, tmp_path):
 
 def test_tokenizer_that_does_not_fit_the_model_fails_before_training(data_dir, tmp_path):
     from vanilla_transformer import VanillaTransformerConfig
-    from vanilla_transformer.tokenization import train_tokenizer
+    from vanilla_transformer.data.tokenizer import train_tokenizer
 
     tokenizer = train_tokenizer(["ein Hund läuft", "a dog runs"] * 50, vocab_size=300)
     tokenizer.save_pretrained(tmp_path / "tok")

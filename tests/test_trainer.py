@@ -20,16 +20,16 @@ from helpers import TINY_SIZES, read_multi30k, subprocess_env
 from transformers import DataCollatorForSeq2Seq, ProgressCallback, TrainerCallback
 
 from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
-from vanilla_transformer.batching import TokenBatchSampler
-from vanilla_transformer.checkpoints import last_checkpoint
-from vanilla_transformer.data import tokenize_corpus
+from vanilla_transformer.data.batching import TokenBatchSampler
+from vanilla_transformer.data.corpus import tokenize_corpus
+from vanilla_transformer.data.tokenizer import train_tokenizer
+from vanilla_transformer.evaluation.bleu import compute_bleu, decode_ids
 from vanilla_transformer.loss_vanilla_transformer import label_smoothed_cross_entropy
-from vanilla_transformer.metrics import compute_bleu, decode_ids
 from vanilla_transformer.modeling_vanilla_transformer import CACHE_NAME
-from vanilla_transformer.schedule import noam_learning_rate
-from vanilla_transformer.tokenization import train_tokenizer
-from vanilla_transformer.training.arguments import VanillaTrainingArguments
 from vanilla_transformer.training.callbacks import CooldownPlanner, TimeLimit, TimeLimitProgressCallback
+from vanilla_transformer.training.checkpoints import last_checkpoint
+from vanilla_transformer.training.options import VanillaTrainingArguments
+from vanilla_transformer.training.schedule import noam_learning_rate
 from vanilla_transformer.training.trainer import VanillaTransformerTrainer
 
 
@@ -660,7 +660,7 @@ import json, os, sys
 sys.path.insert(0, {tests!r})
 import test_trainer as t
 from vanilla_transformer import VanillaTransformerForConditionalGeneration
-from vanilla_transformer.tokenization import load_tokenizer
+from vanilla_transformer.data.tokenizer import load_tokenizer
 work, rank = sys.argv[1], int(os.environ["RANK"])
 tok = load_tokenizer(work + "/model")
 corpus = t.tokenize_corpus(t.datasets.DatasetDict(train=t.datasets.Dataset.from_dict(

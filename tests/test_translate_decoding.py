@@ -16,7 +16,7 @@ from vanilla_transformer.cli import build_parser, main
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
     """A tiny model trained for 100 steps on 500 Multi30k pairs (EN->DE), saved with its tokenizer."""
-    from vanilla_transformer.tokenization import train_tokenizer
+    from vanilla_transformer.data.tokenizer import train_tokenizer
 
     src, tgt = read_multi30k("train.en.gz", 500), read_multi30k("train.de.gz", 500)
     tokenizer = train_tokenizer(src + tgt, vocab_size=600, model_max_length=48)

@@ -27,7 +27,7 @@ _EXPORTS = {
     "shipped_model_path": "shipped",
     "shipped_models": "shipped",
 }
-COMMAND_LINE_MODULES = ("vanilla_transformer.cli", "vanilla_transformer.train", "vanilla_transformer")
+COMMAND_LINE_MODULES = ("vanilla_transformer.cli", "vanilla_transformer.training.command", "vanilla_transformer")
 _registered = False
 
 

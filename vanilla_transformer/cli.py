@@ -31,7 +31,7 @@ paper's penalty, `--max-new-tokens`, `--sample --temperature --top-k --top-p --s
 hypotheses per sentence, one per line: index (from 0), score, text, tab-separated. A progress bar is drawn on stderr
 when stderr is a terminal.
 `--engine ctranslate2` does the same with a model written by `export ctranslate2` (same tokens as `generate`, about
-twice as fast on a CPU; see vanilla_transformer/export_ctranslate2.py).
+twice as fast on a CPU; see vanilla_transformer/translation/ctranslate2.py).
 """
 
 from __future__ import annotations
@@ -45,8 +45,8 @@ from pathlib import Path
 
 # Only light modules at the top (the standard library, and package modules that import nothing heavy at theirs):
 # the parsers are built without torch, transformers or huggingface_hub, so that `--help` answers at once.
-from .loading import DTYPES, check_model_location
-from .shipped import DEFAULT_MODEL, PRETRAINED_DIR, resolve_model, shipped_models
+from .translation.loading import DTYPES, check_model_location
+from .translation.shipped import DEFAULT_MODEL, PRETRAINED_DIR, resolve_model, shipped_models
 
 
 PROG = "vanilla-transformer"
@@ -307,7 +307,7 @@ def cmd_translate(args) -> int:
         return cmd_translate_ctranslate2(args, options)
     if args.compute_type is not None:
         raise ValueError("--compute-type is for --engine ctranslate2; with transformers use --dtype.")
-    from .loading import load_model, resolve_device
+    from .translation.loading import load_model, resolve_device
 
     check_model_location(args.model)  # bad options and input fail before torch is imported and the model loaded
     device = resolve_device(args.device)
@@ -319,7 +319,7 @@ def cmd_translate(args) -> int:
         device=device,
         trust_remote_code=args.trust_remote_code,
     )
-    from .translate import translate
+    from .translation.translate import translate
 
     check_n_best(args.n_best, options, model.generation_config)
     if args.seed is not None:
@@ -346,7 +346,7 @@ def cmd_translate(args) -> int:
 
 def cmd_translate_ctranslate2(args, options: dict) -> int:
     """`translate --engine ctranslate2`: the same input and output handling, decoding by CTranslate2."""
-    from .export_ctranslate2 import CTranslate2Model, import_ctranslate2, translate_ctranslate2
+    from .translation.ctranslate2 import CTranslate2Model, import_ctranslate2, translate_ctranslate2
 
     for option, value in (("--dtype", args.dtype), ("--revision", args.revision)):
         if value is not None:
@@ -357,7 +357,7 @@ def cmd_translate_ctranslate2(args, options: dict) -> int:
     if args.trust_remote_code:
         raise ValueError("--trust-remote-code is for --engine transformers: a CTranslate2 model runs no model code.")
     # CTranslate2 has beam search with the length ** alpha penalty and a length limit; what this engine reproduces of
-    # `generate` is that (export_ctranslate2.py), not n-best lists, sampling or the GNMT penalty.
+    # `generate` is that (translation/ctranslate2.py), not n-best lists, sampling or the GNMT penalty.
     if options.get("length_penalty_form") == "gnmt":
         raise ValueError(
             "--length-penalty-form gnmt: CTranslate2 has only the length form (|Y| ** alpha); translate with "
@@ -396,7 +396,7 @@ def cmd_translate_ctranslate2(args, options: dict) -> int:
 
 
 def cmd_export_ctranslate2(args) -> int:
-    from .export_ctranslate2 import export_ctranslate2
+    from .translation.ctranslate2 import export_ctranslate2
 
     options = decoding_options(args)
     check_model_location(args.model, option="MODEL_DIR_OR_REPO")  # before ctranslate2 and torch are imported
@@ -417,7 +417,7 @@ def cmd_export_ctranslate2(args) -> int:
 
 
 def add_export_parser(commands) -> None:
-    from .export_ctranslate2 import QUANTIZATIONS
+    from .translation.ctranslate2 import QUANTIZATIONS
 
     export = commands.add_parser(
         "export",
@@ -455,7 +455,7 @@ def add_export_parser(commands) -> None:
 
 
 def cmd_push(args) -> int:
-    from .hub import files_to_push, push_run
+    from .hub.push import files_to_push, push_run
 
     files = files_to_push(args.output_dir)  # a wrong OUTPUT_DIR fails here, before the Hub is asked anything
     if args.dry_run:
@@ -488,7 +488,7 @@ def cmd_push(args) -> int:
 
 
 def cmd_attention(args) -> int:
-    from .attention_figures import (
+    from .evaluation.attention import (
         DPI,
         attention_weights,
         draw_attention,
@@ -497,7 +497,7 @@ def cmd_attention(args) -> int:
         require_matplotlib,
         save_formats,
     )
-    from .loading import load_config, load_model
+    from .translation.loading import load_config, load_model
 
     # Everything that can be checked without the weights is checked first: loading and translating take seconds.
     try:
@@ -562,7 +562,7 @@ def cmd_score(args) -> int:
         )
     if not hypotheses:
         raise ValueError("--hypotheses is empty: BLEU needs at least one sentence.")
-    from .metrics import compute_bleu, paper_style_bleu
+    from .evaluation.bleu import compute_bleu, paper_style_bleu
 
     sacre = compute_bleu(hypotheses, references)
     print(f"sacreBLEU        {sacre['score']:.2f}  {sacre['signature']}")
@@ -616,7 +616,7 @@ def cmd_demo(args) -> int:
             "(or pip install gradio)"
         ) from None
     from .demo import build_demo, launch_demo, vocabulary_difference
-    from .loading import load_model
+    from .translation.loading import load_model
 
     options = dict(revision=args.revision, device=args.device, trust_remote_code=args.trust_remote_code)
     model, tokenizer = load_model(args.model, **options)
@@ -904,13 +904,13 @@ def main(argv: list[str] | None = None) -> int:
     """Run the command line `argv` (default `sys.argv[1:]`); returns the exit status (0 = success)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["train"]:
-        # The training command owns its options (vanilla_transformer/train.py); this command only routes to it.
-        from .train import main as train_main
+        # The training command owns its options (vanilla_transformer/training/command.py); this command only routes to it.
+        from .training.command import main as train_main
 
         return train_main(argv[1:])
     if argv[:1] == ["average"]:
         # The averaging module owns its options; this command only routes to it.
-        from .averaging import main as average_main
+        from .training.averaging import main as average_main
 
         return average_main(argv[1:], prog=f"{PROG} average")
     parser = build_parser()

@@ -38,7 +38,7 @@ from pathlib import Path
 import torch
 from transformers import LogitsProcessor, LogitsProcessorList
 
-from .attention_figures import CONTINUATION, AttentionWeights, attention_weights, token_labels
+from .evaluation.attention import CONTINUATION, AttentionWeights, attention_weights, token_labels
 
 
 logger = logging.getLogger(__name__)
@@ -751,7 +751,7 @@ Written by `vanilla-transformer demo --write-space`; see docs/demo.md of vanilla
 """
 
 from vanilla_transformer.demo import build_demo, launch_demo
-from vanilla_transformer.loading import load_model
+from vanilla_transformer.translation.loading import load_model
 
 
 MODEL = {repo_id!r}

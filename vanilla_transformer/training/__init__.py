@@ -1,11 +1,13 @@
-"""The training layer: the paper's recipe (section 5) on the Hugging Face Trainer.
+"""The training command (`vanilla-transformer train`) and the paper's recipe (section 5) on the Hugging Face Trainer.
 
-- `arguments.py`: the options (dataclasses that validate themselves), presets, the grouped `--help`;
+- `command.py`: the command: options -> data -> tokenizer -> model -> Trainer -> report;
+- `options.py`: the options (dataclasses that validate themselves), the recipes of `recipes/` (`--config`), the
+  grouped `--help`;
 - `trainer.py`: `VanillaTransformerTrainer`, the `Seq2SeqTrainer` with the schedule, the loss normalisation, token
-  batches and evaluation;
+  batches and evaluation; `schedule.py`: the warm-up schedule (section 5.3);
 - `callbacks.py`: the time limit, the cool-down planned in the time left, and the progress bar of a timed run;
-- `augment.py`: per-update augmentation (subword splitting, bidirectional reversal);
-- `report.py`: the end-of-run report (test BLEU, checkpoint averaging, plots, results.json, model cards, the Hub).
-
-The command that runs them is `vanilla_transformer/train.py` (`vanilla-transformer train`).
+- `augmentation.py`: per-update augmentation (subword splitting, bidirectional reversal; not in the paper);
+- `checkpoints.py`: names, completeness and discovery of checkpoints; `averaging.py`: checkpoint averaging (section
+  6.1);
+- `report.py`: the end-of-run report (test BLEU, averaging, plots, results.json, model card, the Hub).
 """

@@ -20,7 +20,7 @@ from accelerate.utils import broadcast
 from tqdm.auto import tqdm
 from transformers import ProgressCallback, TrainerCallback
 
-from ..schedule import NoamLR
+from .schedule import NoamLR
 
 
 logger = logging.getLogger(__name__)

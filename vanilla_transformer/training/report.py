@@ -20,15 +20,15 @@ from pathlib import Path
 import torch
 import transformers
 
-from ..averaging import average_checkpoints
-from ..checkpoints import complete_checkpoints, prune_checkpoints
-from ..metrics import compute_bleu_with_lowercase
-from ..model_card import local_dataset_name, write_attention_figure, write_model_card
+from ..evaluation.bleu import compute_bleu_with_lowercase
+from ..hub.model_card import local_dataset_name, write_attention_figure, write_model_card
 from ..modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
-from ..precision import cpu_bfloat16_units, cpu_model_name
-from ..translate import translate
-from .arguments import DataArguments, RunArguments
+from ..translation.precision import cpu_bfloat16_units, cpu_model_name
+from ..translation.translate import translate
+from .averaging import average_checkpoints
 from .callbacks import TimeLimit
+from .checkpoints import complete_checkpoints, prune_checkpoints
+from .options import DataArguments, RunArguments
 
 
 logger = logging.getLogger(__name__)
@@ -65,7 +65,7 @@ def write_report(trainer, tokenizer, raw, train_split, options, train_result, tr
     if args.push_to_hub:
         # The Trainer pushed checkpoints while training (hub_strategy); the final push carries the model card
         # (written from results.json), the plots and the remote code.
-        from ..hub import push_run
+        from ..hub.push import push_run
 
         results["hub_commit"] = push_run(
             out_dir,
@@ -227,7 +227,7 @@ def plot_history(log_history: list[dict], out_dir: Path) -> list[str]:
 
 
 def collect_results(trainer, tokenizer, train_split, model_args, data_args, train_result, train_seconds) -> dict:
-    """What the run was, in the schema of `vanilla_transformer.model_card`; `bleu` is filled in by the caller."""
+    """What the run was, in the schema of `vanilla_transformer.hub.model_card`; `bleu` is filled in by the caller."""
     args, config = trainer.args, trainer.model.config
     train_tokens = sum(int(n) for n in train_split["tgt_len"]) + sum(int(n) for n in train_split["src_len"])
     epochs = trainer.state.epoch or 0.0
@@ -265,7 +265,7 @@ def collect_results(trainer, tokenizer, train_split, model_args, data_args, trai
             "tokens_per_second": round(train_tokens * epochs / train_seconds, 1) if train_seconds else None,
             "hardware": describe_hardware(),
             "world_size": args.world_size,
-            # What the step ran in, and why (bf16="auto" follows the hardware; see vanilla_transformer.precision).
+            # What the step ran in, and why (bf16="auto" follows the hardware; see vanilla_transformer.translation.precision).
             "precision": {
                 "mixed_precision": args.mixed_precision,
                 "reason": getattr(args, "precision_reason", None),

@@ -10,7 +10,7 @@ Trainer's extension points do not give.
   the loss and its gradients do not depend on how a batch is split. The logs add the plain `nll_loss` and `ppl`;
 - batches (section 5.1): `get_train_dataloader` takes batches of about `max_tokens` tokens from
   `batching.TokenBatchSampler`, which shards itself across data-parallel processes;
-- per-update augmentation (not in the paper, off by default): `get_batch_samples` applies `augment.py`'s subword
+- per-update augmentation (not in the paper, off by default): `get_batch_samples` applies `augmentation.py`'s subword
   splitting and bidirectional reversal to an update's micro-batches, before their target tokens are counted;
 - evaluation: validation loss, NLL and perplexity per target token, and cased sacreBLEU of beam-search translations
   (the model's generation config), the source encoded once for both; sentences gathered with `gather_for_metrics`
@@ -21,7 +21,7 @@ Trainer's extension points do not give.
 
 Resuming restores the model, the optimizer, the schedule (`scheduler.pt`), the RNG states and the position in the
 data, so a resumed run continues the uninterrupted run's losses exactly (tests/test_trainer.py). Precision
-(`bf16="auto"`) is resolved by `VanillaTrainingArguments` (arguments.py); in bfloat16 on a CPU the model runs the eager
+(`bf16="auto"`) is resolved by `VanillaTrainingArguments` (options.py); in bfloat16 on a CPU the model runs the eager
 attention, the fast kernel there (`precision.fast_attention_implementation`).
 """
 
@@ -42,16 +42,15 @@ from transformers.modeling_outputs import BaseModelOutput
 from transformers.trainer import SCHEDULER_NAME, TRAINER_STATE_NAME
 from transformers.trainer_utils import seed_worker
 
-from ..batching import TokenBatchSampler
-from ..checkpoints import has_resume_state, is_complete_checkpoint, last_checkpoint, remove_incomplete_checkpoints
-from ..data import MODEL_INPUT_COLUMNS
+from ..data.batching import TokenBatchSampler
+from ..data.corpus import MODEL_INPUT_COLUMNS
+from ..evaluation.bleu import make_compute_metrics
 from ..loss_vanilla_transformer import label_smoothed_cross_entropy
-from ..metrics import make_compute_metrics
-from ..precision import fast_attention_implementation
-from ..schedule import NoamLR, peak_learning_rate
-from ..subword_split import merge_tree, split_batch
-from .arguments import VanillaTrainingArguments
-from .augment import maybe_reverse, update_seed
+from ..translation.precision import fast_attention_implementation
+from .augmentation import maybe_reverse, merge_tree, split_batch, update_seed
+from .checkpoints import has_resume_state, is_complete_checkpoint, last_checkpoint, remove_incomplete_checkpoints
+from .options import VanillaTrainingArguments
+from .schedule import NoamLR, peak_learning_rate
 
 
 logger = logging.getLogger(__name__)
@@ -424,7 +423,7 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
         dataset = self.train_dataset
         if not isinstance(dataset, datasets.Dataset):
             raise ValueError(
-                f"`train_dataset` must be a datasets.Dataset (from vanilla_transformer.data.tokenize_corpus) for "
+                f"`train_dataset` must be a datasets.Dataset (from vanilla_transformer.data.corpus.tokenize_corpus) for "
                 f"token-based batches, got {type(dataset).__name__}: convert it, or set `max_tokens=None` for batches "
                 f"of `per_device_train_batch_size` sentences."
             )

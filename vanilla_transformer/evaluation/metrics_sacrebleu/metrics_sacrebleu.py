@@ -3,7 +3,7 @@
 `evaluate.load("sacrebleu")` fetches its script from the Hub, so it fails offline. This file is the same
 metric (the interface of evaluate-metric/sacrebleu: `predictions` = list of strings, `references` = list of
 strings or of lists of strings, one list per prediction), loaded by path:
-`evaluate.load(".../metrics_sacrebleu/metrics_sacrebleu.py")` (see `vanilla_transformer.metrics`). It also
+`evaluate.load(".../metrics_sacrebleu/metrics_sacrebleu.py")` (see `vanilla_transformer.evaluation.bleu`). It also
 returns sacreBLEU's signature string (`nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:...`), which is
 what makes a BLEU score comparable with another (Post, 2018).
 
@@ -51,7 +51,7 @@ Returns:
     signature (str): sacreBLEU's signature of the settings used.
     counts, totals, precisions, bp, sys_len, ref_len: the statistics behind the score.
 Example:
-    >>> metric = evaluate.load("vanilla_transformer/metrics_sacrebleu/metrics_sacrebleu.py")
+    >>> metric = evaluate.load("vanilla_transformer/evaluation/metrics_sacrebleu/metrics_sacrebleu.py")
     >>> metric.compute(predictions=["Ein Hund läuft."], references=[["Ein Hund läuft."]])["score"]
     100.00000000000004
 """

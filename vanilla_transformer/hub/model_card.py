@@ -56,7 +56,7 @@ from pathlib import Path
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
-from .configuration_vanilla_transformer import PRESETS
+from ..configuration_vanilla_transformer import PRESETS
 
 
 logger = logging.getLogger(__name__)
@@ -310,7 +310,7 @@ def render_model_card(
     shipped_name: str | None = None,
 ) -> ModelCard:
     """The model card as a `huggingface_hub.ModelCard` (see the module docstring for `results`); `shipped_name`: the
-    short name of a model that ships inside the package (`vanilla_transformer/shipped.py`), said in the card."""
+    short name of a model that ships inside the package (`vanilla_transformer/translation/shipped.py`), said in the card."""
     results = load_results(results)
     template_path = Path(template_path) if template_path is not None else DEFAULT_TEMPLATE
     if not template_path.is_file():
@@ -395,7 +395,7 @@ def write_attention_figure(model, tokenizer, sentence: str, output_dir, split: s
     Returns None, with a warning, when the figure cannot be drawn (matplotlib missing, a sentence the model does
     not take): a finished training run is not failed for its card's figure.
     """
-    from .attention_figures import DPI, attention_weights, draw_attention, require_matplotlib
+    from ..evaluation.attention import DPI, attention_weights, draw_attention, require_matplotlib
 
     try:
         require_matplotlib()

@@ -49,8 +49,8 @@ from huggingface_hub import HfApi, constants
 from huggingface_hub.errors import HfHubHTTPError
 from huggingface_hub.utils import get_token
 
-from .checkpoints import TRAINING_STATE_FILES
-from .shipped import PRETRAINED_DIR
+from ..training.checkpoints import TRAINING_STATE_FILES
+from ..translation.shipped import PRETRAINED_DIR
 
 
 logger = logging.getLogger(__name__)
@@ -342,14 +342,14 @@ def files_to_push(output_dir) -> dict[str, Path]:
 
 def _card(out: Path, repo_id: str, results):
     """(model card, results JSON bytes) to write into `out` before the upload; None: leave that file as it is."""
-    from .configuration_vanilla_transformer import VanillaTransformerConfig
+    from ..configuration_vanilla_transformer import VanillaTransformerConfig
     from .model_card import load_results, render_model_card, render_unevaluated_card
 
     if results is None and (out / RESULTS_NAME).is_file():
         results = out / RESULTS_NAME
     if results is not None and results is not False:
         loaded = load_results(results)
-        # A shipped model's card also says how the package names it (vanilla_transformer/shipped.py).
+        # A shipped model's card also says how the package names it (vanilla_transformer/translation/shipped.py).
         shipped_name = loaded.get("name") if loaded.get("shipping") else None
         config = VanillaTransformerConfig.from_pretrained(out)
         card = render_model_card(config, loaded, repo_id, shipped_name=shipped_name)

@@ -12,8 +12,8 @@ two embeddings are re-tied on load), so they are averaged once, and the output k
 
 Command line:
 
-    python -m vanilla_transformer.averaging RUN_DIR --last 5 --output OUT
-    python -m vanilla_transformer.averaging --checkpoints RUN_DIR/checkpoint-800 RUN_DIR/checkpoint-1000 --output OUT
+    python -m vanilla_transformer.training.averaging RUN_DIR --last 5 --output OUT
+    python -m vanilla_transformer.training.averaging --checkpoints RUN_DIR/checkpoint-800 RUN_DIR/checkpoint-1000 --output OUT
 """
 
 from __future__ import annotations
@@ -180,7 +180,7 @@ def average_checkpoints(checkpoint_dirs: list[str], output_dir: str) -> str:
     return str(output)
 
 
-def main(argv: list[str] | None = None, prog: str = "python -m vanilla_transformer.averaging") -> int:
+def main(argv: list[str] | None = None, prog: str = "python -m vanilla_transformer.training.averaging") -> int:
     """The averaging command line (`vanilla-transformer average` passes its own `prog`). Option errors are one line,
     `PROG: error: ...` naming the option, exit status 2 (argparse's), checked before any weight is read."""
     parser = argparse.ArgumentParser(

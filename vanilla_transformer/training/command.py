@@ -2,8 +2,8 @@
 (section 5) on the Hugging Face Trainer.
 
     vanilla-transformer train --config multi30k_en_de_cpu --dataset DATA_DIR         # one CPU, about an hour
-    accelerate launch -m vanilla_transformer.train --config wmt14_en_de_base         # several GPUs or machines
-    python -m vanilla_transformer.train ...  /  python train.py ...  (in a clone)    # the same command
+    accelerate launch -m vanilla_transformer.training.command --config wmt14_en_de_base         # several GPUs or machines
+    python -m vanilla_transformer.training.command ...  /  python train.py ...  (in a clone)    # the same command
 
 The steps, each a function below or in `vanilla_transformer.training`: parse and check the options
 (`training/arguments.py`), load and check the data (`data.py`), check the output directory, get the shared
@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 from .checkpoints import last_checkpoint
-from .training.arguments import (
+from .options import (
     ARGUMENT_CLASSES,
     CPU_FLOAT32,
     LARGE_CORPUS,
@@ -40,7 +40,7 @@ from .training.arguments import (
 )
 
 
-logger = logging.getLogger("vanilla_transformer.train")
+logger = logging.getLogger("vanilla_transformer.training.command")
 PROG = "vanilla-transformer train"
 TOKENIZER_SETTINGS = "training_settings.json"  # in OUTPUT_DIR/tokenizer/
 # Parameters of the library functions whose errors the command shows, by the flag that sets them.
@@ -92,7 +92,7 @@ def _train(argv: list[str] | None) -> dict:
     from transformers import logging as transformers_logging
     from transformers import set_seed
 
-    from . import register
+    from .. import register
 
     register()
     transformers_logging.set_verbosity_warning()
@@ -111,7 +111,7 @@ def _train(argv: list[str] | None) -> dict:
         # A missing or invalid token, or a namespace the token cannot write to, fails here, before any training.
         # The repo and the `hub_revision` branch are created now: the Trainer pushes while training, and it
         # never creates a branch itself.
-        from .hub import ensure_repo
+        from ..hub.push import ensure_repo
 
         ensure_repo(
             training_args.hub_model_id or out_dir.name,
@@ -130,7 +130,7 @@ def _train(argv: list[str] | None) -> dict:
     trainer.save_state()
     if not trainer.is_world_process_zero():
         return {}
-    from .training.report import write_report
+    from .report import write_report
 
     options = (model_args, data_args, run_args)
     return write_report(trainer, tokenizer, raw, tokenized["train"], options, train_result, train_seconds)
@@ -181,7 +181,7 @@ def log_cpu_float32(model_args, data_args, tok_args, run_args, training_args) ->
 
 def load_data(data_args: DataArguments):
     """The train, validation and (if any) test splits as source/target pairs (`data.load_parallel_corpus`)."""
-    from .data import load_parallel_corpus
+    from ..data.corpus import load_parallel_corpus
 
     splits = {"train": data_args.train_split, "validation": data_args.validation_split}
     if data_args.test_split:
@@ -220,8 +220,8 @@ def set_decoding(generation_config, run_args: RunArguments) -> None:
 def build_model(model_args: ModelArguments, run_args: RunArguments, tokenizer):
     """A fresh model of the preset's sizes (or `init_from`'s), checked against the tokenizer, with the run's decoding
     in its generation config (set before training: checkpoints, evaluations and the averaged model use it)."""
-    from .modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
-    from .tokenization import check_tokenizer_fits_model
+    from ..data.tokenizer import check_tokenizer_fits_model
+    from ..modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
 
     if model_args.init_from:
         model = VanillaTransformerForConditionalGeneration.from_pretrained(model_args.init_from)
@@ -242,7 +242,7 @@ def tokenize(raw, tokenizer, data_args: DataArguments, training_args):
     """Token ids, filtered by length (the training split only: validation pairs are never dropped silently)."""
     from datasets import DatasetDict
 
-    from .data import tokenize_corpus
+    from ..data.corpus import tokenize_corpus
 
     with training_args.main_process_first(desc="tokenizing"):
         tokenized = tokenize_corpus(
@@ -262,8 +262,8 @@ def build_trainer(model, tokenizer, tokenized, training_args, run_args: RunArgum
     """The trainer, with the time limit, its cool-down planner and its progress bar when the run is timed."""
     from transformers import DataCollatorForSeq2Seq, ProgressCallback
 
-    from .training.callbacks import CooldownPlanner, TimeLimit, TimeLimitProgressCallback
-    from .training.trainer import VanillaTransformerTrainer
+    from .callbacks import CooldownPlanner, TimeLimit, TimeLimitProgressCallback
+    from .trainer import VanillaTransformerTrainer
 
     limit = TimeLimit(run_args.max_train_minutes) if run_args.max_train_minutes else None
     trainer = VanillaTransformerTrainer(
@@ -285,7 +285,7 @@ def build_trainer(model, tokenizer, tokenized, training_args, run_args: RunArgum
 
 def build_config(model_args: ModelArguments, tokenizer):
     """The model's config: the preset's sizes (Table 3), the overrides given, and the tokenizer's vocabulary."""
-    from .configuration_vanilla_transformer import VanillaTransformerConfig
+    from ..configuration_vanilla_transformer import VanillaTransformerConfig
 
     overrides = {
         "d_model": model_args.d_model,
@@ -369,7 +369,7 @@ def tokenizer_settings(tok_args: TokenizerArguments, data_args: DataArguments) -
 def get_tokenizer(tok_args: TokenizerArguments, data_args: DataArguments, raw, training_args):
     """The tokenizer given (`tokenizer`), or the run's own: trained on the training split (section 5.1), or found in
     OUTPUT_DIR/tokenizer when it was trained with the same settings (a resumed run)."""
-    from .tokenization import load_tokenizer, train_tokenizer
+    from ..data.tokenizer import load_tokenizer, train_tokenizer
 
     if tok_args.tokenizer is not None:
         return load_tokenizer(tok_args.tokenizer)

@@ -116,7 +116,7 @@ def position_table(config, length: int):
     """The position encodings the model adds to its embeddings for positions 0 .. length-1, float32 numpy."""
     import torch
 
-    from .modeling_vanilla_transformer import sinusoidal_position_encoding
+    from ..modeling_vanilla_transformer import sinusoidal_position_encoding
 
     return sinusoidal_position_encoding(torch.arange(length), config.d_model).numpy()
 
@@ -286,7 +286,7 @@ def export_ctranslate2(
         model, tokenizer = load_model(str(model), revision=revision, device="cpu", trust_remote_code=trust_remote_code)
     elif tokenizer is None:
         raise ValueError("`tokenizer` is needed when `model` is a model object: pass the one it was trained with.")
-    from .tokenization import check_tokenizer_fits_model
+    from ..data.tokenizer import check_tokenizer_fits_model
 
     check_tokenizer_fits_model(tokenizer, model.config)
     limit = model.config.input_length_limit(tokenizer)  # the longest source `translate` gives the model

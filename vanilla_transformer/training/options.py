@@ -25,13 +25,13 @@ from types import SimpleNamespace
 import torch
 from transformers import HfArgumentParser, Seq2SeqTrainingArguments
 
-from ..checkpoints import last_checkpoint
-from ..precision import bf16_support
+from ..translation.precision import bf16_support
+from .checkpoints import last_checkpoint
 
 
 logger = logging.getLogger(__name__)
 
-PRESETS_DIR = Path(__file__).resolve().parent.parent / "configs"  # shipped in the wheel
+PRESETS_DIR = Path(__file__).resolve().parent / "recipes"  # shipped in the wheel
 MODEL_PRESETS = (
     "small",
     "base",
@@ -595,9 +595,9 @@ def preset_path(config: str) -> Path:
     if (
         shipped.is_file()
         and (path.suffix in ("", ".json"))
-        and (len(path.parts) == 1 or path.parent.name == "configs")
+        and (len(path.parts) == 1 or path.parent.name in ("configs", "recipes"))
     ):
-        return shipped  # a name, or the repository's old `configs/NAME.json`
+        return shipped  # a name, or a path ending in the shipped `recipes/NAME.json` (or the old `configs/NAME.json`)
     names = ", ".join(shipped_presets())
     raise ValueError(f"`config` {config!r} does not exist: it is neither a shipped preset ({names}) nor a JSON file.")
 

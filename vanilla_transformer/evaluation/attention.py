@@ -1,6 +1,6 @@
 """What a trained model attends to: the attention figures of the paper's appendix (Figures 3-5), for any checkpoint.
 
-    from vanilla_transformer.attention_figures import attention_figure
+    from vanilla_transformer.evaluation.attention import attention_figure
     fig = attention_figure(model, tokenizer, "A man is riding a bicycle.", kind="cross", layer=4)
     fig.savefig("cross.png")
 

@@ -1,6 +1,6 @@
 """Load a model and its tokenizer for a command (`translate`, `attention`, `export ctranslate2`, the benchmarks).
 
-`load_model(MODEL)` takes a shipped model's short name (`vanilla_transformer/shipped.py`), a checkpoint directory
+`load_model(MODEL)` takes a shipped model's short name (`vanilla_transformer/translation/shipped.py`), a checkpoint directory
 (`vanilla-transformer train`'s `--output_dir`, `averaged/`, a `checkpoint-N`, any `save_pretrained` directory with
 the tokenizer beside the model) or a Hub repo id, and returns the model on the chosen device in eval mode with its
 tokenizer. Before transformers is asked, `check_model_location` tells apart the
@@ -131,7 +131,7 @@ def load_config(model: str, *, revision: str | None = None, trust_remote_code: b
     check_model_location(model)
     from transformers import AutoConfig
 
-    from . import register
+    from .. import register
 
     register()  # the config class with AutoConfig (deferred when the command line started the process)
     try:
@@ -160,7 +160,7 @@ def load_model(
     check_model_location(model)  # plain messages for a wrong directory, before transformers guesses at it
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
-    from . import register
+    from .. import register
     from .precision import fast_attention_implementation, resolve_dtype
 
     register()  # the config and model with the Auto classes (deferred when the command line started the process)

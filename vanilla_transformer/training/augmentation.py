@@ -1,18 +1,23 @@
-"""Subword splitting of training batches: a regulariser in the family of BPE-dropout. Not in the paper, off by default.
+"""Per-update augmentation of training batches: subword splitting and bidirectional reversal (neither in the paper;
+both off by default).
 
-BPE-dropout (Provilkov et al., ACL 2020, "BPE-Dropout: Simple and Effective Subword Regularization") encodes each
-training sentence with merges randomly skipped, so that the model also sees words spelled in smaller pieces; it
-gains most on small corpora. `tokenizers` has it (`BPE(dropout=p)`), but draws from an unseeded random generator
-(Rust's `thread_rng`): a run with it could be neither reproduced nor resumed exactly, and it needs the text of every
-batch encoded again. This module works on the token ids of the deterministic encoding instead: each token that BPE
-made by a merge is undone into the two tokens it was merged from with probability `p`, and each part in turn with
-probability `p`, down to tokens that are no merge. The text is unchanged (the parts spell the token; checked on
-Multi30k in tests/test_subword_split.py). What differs from BPE-dropout: only segmentations that refine the
-deterministic one come out, since a skipped merge is never replaced by another path through the merge table.
+- Subword splitting (`subword_split`), a regulariser in the family of BPE-dropout (Provilkov et al., ACL 2020, "BPE-
+  Dropout: Simple and Effective Subword Regularization"), which encodes each training sentence with merges randomly
+  skipped, so that the model also sees words spelled in smaller pieces; it gains most on small corpora. `tokenizers`
+  has it (`BPE(dropout=p)`), but draws from an unseeded random generator (Rust's `thread_rng`): a run with it could be
+  neither reproduced nor resumed exactly, and it needs the text of every batch encoded again. `split_batch` works on
+  the token ids of the deterministic encoding instead (written here because no library does this): each token that
+  BPE made by a merge is undone into the two tokens it was merged from with probability `p`, and each part in turn
+  with probability `p`, down to tokens that are no merge. The text is unchanged (the parts spell the token; checked on
+  Multi30k in tests/test_subword_split.py). What differs from BPE-dropout: only segmentations that refine the
+  deterministic one come out, since a skipped merge is never replaced by another path through the merge table.
+- Bidirectional training (`bidirectional_steps`, BiT, Ding et al. 2021): during the first updates, half of the
+  batches reversed (target -> source), `maybe_reverse`.
 
-`VanillaTransformerTrainer` applies it to each training micro-batch when `subword_split` > 0, with a generator
-seeded from (seed, update, micro-batch, process): the splits of an update are the same in a resumed run as in the
-uninterrupted one, whatever the data loader prefetched or the global random state was when the batch was fetched.
+Both draw from `update_seed`, a seed derived from the update's position (seed, update, micro-batch, process) rather
+than from the global generator: the Trainer fetches a resumed run's first batches before it restores the random state,
+and accelerate's loader prefetches a batch, so only a positional seed makes a resumed run augment the same batches as
+the uninterrupted one. `VanillaTransformerTrainer.get_batch_samples` applies them.
 """
 
 from __future__ import annotations
@@ -21,7 +26,35 @@ import json
 import math
 from collections.abc import Sequence
 
+import numpy as np
 import torch
+
+
+def update_seed(seed: int, global_step: int, micro_batch: int, process_index: int, *stream: int) -> int:
+    """The seed of a per-update random choice: one per (run seed, update, micro-batch, process, stream)."""
+    key = [seed, global_step, micro_batch, process_index, *stream]
+    return int(np.random.SeedSequence(key).generate_state(1)[0])
+
+
+def maybe_reverse(batch: dict, seed: int, pad_token_id: int) -> dict:
+    """The whole micro-batch, with probability 1/2 (drawn from `seed`), as target -> source pairs. Both sides end in
+    `</s>` and share one vocabulary (sections 5.1, 3.4), so the swap is of the padded tensors: the labels' -100 become
+    the pad id of the new source, the source's padding the new labels' -100."""
+    if np.random.default_rng(seed).random() >= 0.5:
+        return batch
+    labels, input_ids = batch["labels"], batch["input_ids"]
+    source_mask = batch.get("attention_mask")
+    if source_mask is None:
+        source_mask = input_ids != pad_token_id
+    target_mask = labels != -100
+    # The decoder's inputs (a collator given `model=` makes them) belonged to the old labels: the model shifts the
+    # new labels itself.
+    replaced = ("input_ids", "labels", "attention_mask", "decoder_input_ids", "decoder_attention_mask")
+    reversed_batch = {k: v for k, v in batch.items() if k not in replaced}
+    reversed_batch["input_ids"] = labels.masked_fill(~target_mask, pad_token_id)
+    reversed_batch["attention_mask"] = target_mask.to(source_mask.dtype)
+    reversed_batch["labels"] = input_ids.masked_fill(~source_mask.bool(), -100)
+    return reversed_batch
 
 
 def merge_tree(tokenizer) -> tuple[torch.Tensor, torch.Tensor]:

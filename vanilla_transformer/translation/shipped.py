@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 
-PRETRAINED_DIR = Path(__file__).resolve().parent / "pretrained"
+PRETRAINED_DIR = Path(__file__).resolve().parents[1] / "pretrained"
 DEFAULT_MODEL = "multi30k-en-de"  # the demo's default, and the README's first translation
 
 
