@@ -480,10 +480,9 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
             return super().prediction_step(model, inputs, prediction_loss_only, ignore_keys=ignore_keys)
         labels = inputs["labels"]
         forward = {k: v for k, v in inputs.items() if k != "labels"}
-        if "decoder_input_ids" not in forward:
-            forward["decoder_input_ids"] = self.accelerator.unwrap_model(model).prepare_decoder_input_ids_from_labels(
-                labels
-            )
+        if "decoder_input_ids" not in forward:  # the collator had no `model=` to build them
+            unwrapped = self.accelerator.unwrap_model(model)
+            forward["decoder_input_ids"] = unwrapped.prepare_decoder_input_ids_from_labels(labels)
         with torch.no_grad(), self.compute_loss_context_manager():
             outputs = model(**forward, use_cache=False)
             logits = outputs["logits"] if isinstance(outputs, dict) else outputs[0]
@@ -505,7 +504,7 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
         `Seq2SeqTrainer.prediction_step`: it fills the model's generation config with the library defaults
         (max_length=20, ...), which every later checkpoint would then save, and pads the outputs to that length; the
         evaluation loop pads the batches to a common width anyway (-100)."""
-        # `Seq2SeqTrainer.evaluate`/`predict` keep their generation arguments there (private: no public accessor).
+        # `Seq2SeqTrainer.evaluate`/`predict` keep their generation arguments in `_gen_kwargs` (no public accessor).
         kwargs = {k: v for k, v in {**getattr(self, "_gen_kwargs", {}), **gen_kwargs}.items() if v is not None}
         source = {
             k: v for k, v in inputs.items() if k not in ("labels", "decoder_input_ids", "decoder_attention_mask")
