@@ -65,6 +65,7 @@ def load_parallel_corpus(
     tgt_column: str | None = None,
     column_names: Sequence[str] | None = None,
     cache_dir: str | os.PathLike | None = None,
+    flags: Mapping[str, str] | None = None,
 ) -> datasets.DatasetDict:
     """Load a parallel corpus as a `DatasetDict` of `{"source": str, "target": str}` rows.
 
@@ -91,6 +92,9 @@ def load_parallel_corpus(
         column_names: names of the columns of a TSV file WITHOUT a header row, in order; by default
             the first row of a TSV file is its header.
         cache_dir: where `datasets` writes its Arrow cache (default `HF_DATASETS_CACHE`).
+        flags: for a command line's errors, the flags that set these arguments: by parameter name (`source`,
+            `config_name`, ...) and by split (the flag that sets its `split_names` entry), e.g. `{"source": "--dataset",
+            "validation": "--validation_split"}`. Errors name the others as the Python arguments, in backticks.
 
     Raises:
         ValueError: before any training, naming the file or argument and the fix, for a missing or
@@ -100,36 +104,61 @@ def load_parallel_corpus(
     splits, split_names = _check_split_args(splits, split_names)
     _check_lang_args(src_lang, tgt_lang, src_column, tgt_column)
     cache_dir = None if cache_dir is None else str(cache_dir)
+    flags = dict(flags or {})
     pair = dict(src_lang=src_lang, tgt_lang=tgt_lang, src_column=src_column, tgt_column=tgt_column)
 
     if isinstance(source, (datasets.Dataset, datasets.DatasetDict)):
-        raw = _pick_splits(source, splits, split_names, origin="the in-memory dataset")
+        raw = _pick_splits(source, splits, split_names, "the in-memory dataset", flags)
         return datasets.DatasetDict({s: _to_pair(ds, origin=f"split {s!r}", **pair) for s, ds in raw.items()})
 
     path = Path(source).expanduser()
     if path.is_file():
         if len(splits) != 1:
             raise ValueError(
-                f"`source`={str(source)!r} is a single file, which holds one split, but `splits`={list(splits)} "
-                f"asks for {len(splits)}: pass e.g. `splits=('train',)`, or a directory with one file per "
-                f"split (`train.tsv`, `validation.tsv`, ...)."
+                f"{_named('source', flags)}={str(source)!r} is a single file, which holds one split, but "
+                f"`splits`={list(splits)} asks for {len(splits)}: pass e.g. `splits=('train',)`, or a directory with "
+                f"one file per split (`train.tsv`, `validation.tsv`, ...)."
+            )
+        if not path.name.removesuffix(".gz").endswith((".tsv", ".jsonl", ".json")):
+            raise ValueError(
+                f"{_named('source', flags)}={str(path)!r} is a file of unknown format: use `.tsv[.gz]` (a header row, "
+                f"then one tab-separated pair per line), `.jsonl[.gz]`, or a directory of `{{split}}.{{lang}}[.gz]` "
+                f"line files."
             )
         ds = _load_table_file(path, splits[0], column_names, cache_dir)
         return datasets.DatasetDict({splits[0]: _to_pair(ds, origin=f"file {str(path)!r}", **pair)})
     if path.is_dir():
         if (path / "dataset_dict.json").is_file() or (path / "state.json").is_file():
             saved = datasets.load_from_disk(str(path))
-            raw = _pick_splits(saved, splits, split_names, origin=f"the saved dataset {str(path)!r}")
+            raw = _pick_splits(saved, splits, split_names, f"the saved dataset {str(path)!r}", flags)
             return datasets.DatasetDict(
                 {s: _to_pair(ds, origin=f"split {s!r} of {str(path)!r}", **pair) for s, ds in raw.items()}
             )
-        return _load_split_files(path, splits, split_names, column_names, cache_dir, **pair)
+        return _load_split_files(path, splits, split_names, column_names, cache_dir, flags, **pair)
     if _looks_like_local_path(str(source)):
         raise ValueError(
-            f"`source`={str(source)!r} does not exist: pass an existing directory of `{{split}}.{{lang}}[.gz]` "
-            f"files, a .tsv/.jsonl file, a `save_to_disk` directory, or a Hub dataset id such as 'wmt/wmt14'."
+            f"{_named('source', flags)}={str(source)!r} does not exist: pass an existing directory of "
+            f"`{{split}}.{{lang}}[.gz]` files, a .tsv/.jsonl file, a `save_to_disk` directory, or a Hub dataset id "
+            f"such as 'wmt/wmt14'."
         )
-    return _load_hub_dataset(str(source), config_name, splits, split_names, cache_dir, **pair)
+    return _load_hub_dataset(str(source), config_name, splits, split_names, cache_dir, flags, **pair)
+
+
+def _named(argument: str, flags: Mapping[str, str]) -> str:
+    """How an error names `argument`: the command line's flag for it, or the Python argument in backticks."""
+    return flags.get(argument, f"`{argument}`")
+
+
+def _missing_split(split: str, name: str, where: str, found: list[str], flags: Mapping[str, str]) -> ValueError:
+    """The error for a split `name` (asked for as `split`) that is not in the data, `where` saying where it was looked
+    for, `found` the splits there are."""
+    flag = flags.get(split)
+    if flag:
+        asked, fix = flag, f"pass {flag} <one of those>"
+    else:
+        asked = f"for `splits` entry {split!r}"
+        fix = f"pass `split_names={{{split!r}: <one of those>}}` or leave {split!r} out of `splits`"
+    return ValueError(f"Split {name!r} ({asked}) does not exist in {where}; it has the splits {found}: {fix}.")
 
 
 def _check_split_args(splits, split_names) -> tuple[tuple[str, ...], dict[str, str]]:
@@ -174,7 +203,7 @@ def _looks_like_local_path(source: str) -> bool:
     )
 
 
-def _pick_splits(found, splits, split_names, origin: str) -> dict[str, datasets.Dataset]:
+def _pick_splits(found, splits, split_names, origin: str, flags) -> dict[str, datasets.Dataset]:
     if isinstance(found, datasets.Dataset):
         if len(splits) != 1:
             raise ValueError(
@@ -186,10 +215,7 @@ def _pick_splits(found, splits, split_names, origin: str) -> dict[str, datasets.
     for split in splits:
         name = split_names.get(split, split)
         if name not in found:
-            raise ValueError(
-                f"Split {name!r} (for `splits` entry {split!r}) does not exist in {origin}; it has "
-                f"{sorted(found)}: pass `split_names={{{split!r}: <one of those>}}` or leave {split!r} out of `splits`."
-            )
+            raise _missing_split(split, name, origin, sorted(found), flags)
         picked[split] = found[name]
     return picked
 
@@ -234,26 +260,30 @@ def _to_pair(ds: datasets.Dataset, src_lang, tgt_lang, src_column, tgt_column, o
     return ds
 
 
-def _load_hub_dataset(dataset_id, config_name, splits, split_names, cache_dir, **pair) -> datasets.DatasetDict:
+def _load_hub_dataset(dataset_id, config_name, splits, split_names, cache_dir, flags, **pair) -> datasets.DatasetDict:
     try:
         found = datasets.load_dataset(dataset_id, config_name, cache_dir=cache_dir)
     except (ConnectionError, FileNotFoundError) as error:
+        source, config = _named("source", flags), _named("config_name", flags)
         raise ValueError(
-            f"Could not load the Hub dataset `source`={dataset_id!r} (config {config_name!r}): {error}. Check the "
-            f"id and `config_name` (WMT14 EN-DE: source='wmt/wmt14', config_name='de-en'), the network or "
-            f"HF_HUB_OFFLINE, or pass a local directory."
+            f"Could not load the Hub dataset {source}={dataset_id!r} (config {config_name!r}): {error}. Check the id "
+            f"and {config} (WMT14 EN-DE: {source}='wmt/wmt14', {config}='de-en'), the network or HF_HUB_OFFLINE, or "
+            f"pass a local directory."
         ) from error
-    raw = _pick_splits(found, splits, split_names, origin=f"the Hub dataset {dataset_id!r}")
+    raw = _pick_splits(found, splits, split_names, f"the Hub dataset {dataset_id!r}", flags)
     return datasets.DatasetDict(
         {s: _to_pair(ds, origin=f"split {s!r} of {dataset_id!r}", **pair) for s, ds in raw.items()}
     )
 
 
-def _load_split_files(directory: Path, splits, split_names, column_names, cache_dir, src_lang, tgt_lang, **columns):
+def _load_split_files(
+    directory: Path, splits, split_names, column_names, cache_dir, flags, src_lang, tgt_lang, **columns
+):
     # Every split's files are found before any is loaded: a missing split or language is reported before the
     # (possibly long) loading of the others.
     found = {
-        split: _split_files(directory, split, split_names.get(split, split), src_lang, tgt_lang) for split in splits
+        split: _split_files(directory, split, split_names.get(split, split), src_lang, tgt_lang, flags)
+        for split in splits
     }
     loaded = {}
     for split, (src_file, tgt_file, table) in found.items():
@@ -266,7 +296,7 @@ def _load_split_files(directory: Path, splits, split_names, column_names, cache_
     return datasets.DatasetDict(loaded)
 
 
-def _split_files(directory: Path, split: str, stem: str, src_lang, tgt_lang) -> tuple:
+def _split_files(directory: Path, split: str, stem: str, src_lang, tgt_lang, flags) -> tuple:
     """(source file, target file, table file) of a split, the line files or the table being None where absent; a
     ValueError naming what to pass when the split has neither."""
     src_file, tgt_file = _find_line_file(directory, stem, src_lang), _find_line_file(directory, stem, tgt_lang)
@@ -280,15 +310,11 @@ def _split_files(directory: Path, split: str, stem: str, src_lang, tgt_lang) -> 
     if languages:  # the split exists, a language does not
         missing, arg = (src_lang, "src_lang") if src_file is None else (tgt_lang, "tgt_lang")
         raise ValueError(
-            f"`{arg}`={missing!r}: there is no {stem}.{missing} or {stem}.{missing}.gz in {str(directory)!r}; "
-            f"split {stem!r} has the languages {languages}: pass one of those."
+            f"{_named(arg, flags)}={missing!r}: there is no {stem}.{missing} or {stem}.{missing}.gz in "
+            f"{str(directory)!r}; split {stem!r} has the languages {languages}: pass one of those."
         )
-    available = _split_stems(directory)
-    raise ValueError(
-        f"Split {stem!r} (for `splits` entry {split!r}) does not exist in {str(directory)!r}: no "
-        f"{stem}.{{lang}}[.gz] and no {stem}.tsv/.jsonl file. The directory has the splits {available}: "
-        f"pass `split_names={{{split!r}: <one of those>}}` or leave {split!r} out of `splits`."
-    )
+    where = f"{str(directory)!r} (no {stem}.{{lang}}[.gz], no {stem}.tsv/.jsonl file)"
+    raise _missing_split(split, stem, where, _split_stems(directory), flags)
 
 
 def _find_line_file(directory: Path, stem: str, lang: str) -> Path | None:
@@ -437,17 +463,12 @@ def _load_tsv(path: Path, split: str, column_names, cache_dir) -> datasets.Datas
 
 
 def _load_table_file(path: Path, split: str, column_names, cache_dir) -> datasets.Dataset:
-    name = path.name.removesuffix(".gz")
-    if name.endswith(".tsv"):
+    """A `.tsv[.gz]` or `.jsonl[.gz]`/`.json` file (its callers checked the suffix) as the split `split`."""
+    if path.name.removesuffix(".gz").endswith(".tsv"):
         return _load_tsv(path, split, column_names, cache_dir)
-    if name.endswith((".jsonl", ".json")):
-        if _count_lines(path)[0] == 0:
-            raise ValueError(f"Data file {str(path)!r} is empty: it must hold one JSON object per line.")
-        return datasets.load_dataset("json", data_files={split: str(path)}, cache_dir=cache_dir)[split]
-    raise ValueError(
-        f"`source`={str(path)!r} is a file of unknown format: use `.tsv[.gz]` (a header row, then one "
-        f"tab-separated pair per line), `.jsonl[.gz]`, or a directory of `{{split}}.{{lang}}[.gz]` line files."
-    )
+    if _count_lines(path)[0] == 0:
+        raise ValueError(f"Data file {str(path)!r} is empty: it must hold one JSON object per line.")
+    return datasets.load_dataset("json", data_files={split: str(path)}, cache_dir=cache_dir)[split]
 
 
 # ----------------------------------------------------------------------------------------------------

@@ -70,7 +70,10 @@ class CooldownPlanner(TrainerCallback):
     started), the cool-down starts at the current update and ends at the update the run is expected to reach at the
     limit, from its updates per second over the stretch of the same length just before (evaluations included, which
     recur; the start-up excluded). The run then stops at that update or at the limit, whichever comes first. The plan
-    is part of the schedule's state (`scheduler.pt`): a resumed run keeps it."""
+    is part of the schedule's state (`scheduler.pt`): a resumed run keeps it.
+
+    A callback beside the `TimeLimit`, since the end is known only from its clock, which the Trainer's loop never
+    reads; it changes the schedule only through the schedule's own interface, `NoamLR.set_cooldown`."""
 
     def __init__(self, limit: TimeLimit):
         self.limit = limit

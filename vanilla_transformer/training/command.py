@@ -6,7 +6,7 @@
     python -m vanilla_transformer.training.command ...  /  python train.py ...  (in a clone)    # the same command
 
 The steps, each a function below or in `vanilla_transformer.training`: parse and check the options
-(`training/arguments.py`), load and check the data (`data.py`), check the output directory, get the shared
+(`training/options.py`), load and check the data (`data/corpus.py`), check the output directory, get the shared
 tokenizer (trained on the training split unless given), build the model, tokenize, train
 (`training/trainer.py`, `training/callbacks.py`), then the end-of-run report (`training/report.py`). Every error in
 the options, the preset or the data is found before anything is written, and a person at a command line gets it as
@@ -43,10 +43,6 @@ from .options import (
 logger = logging.getLogger("vanilla_transformer.training.command")
 PROG = "vanilla-transformer train"
 TOKENIZER_SETTINGS = "training_settings.json"  # in OUTPUT_DIR/tokenizer/
-# Parameters of the library functions whose errors the command shows, by the flag that sets them.
-PARAMETER_FLAGS = {"source": "dataset", "config_name": "dataset_config"}
-SPLIT_ENTRY = re.compile(r"\(for `splits` entry '(\w+)'\)")
-SPLIT_HINT = re.compile(r"pass `split_names=\{'(\w+)': <one of those>\}` or leave '\w+' out of `splits`")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -56,24 +52,18 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as error:
         if os.environ.get("VANILLA_TRANSFORMER_DEBUG"):
             raise
-        message = " ".join(as_flags(str(error)).split())
+        message = " ".join(str(error).split())  # `train` has named the flags
         print(f"{PROG}: error: {message}", file=sys.stderr)
         return 2
     return 0
 
 
 def as_flags(message: str) -> str:
-    """A library error as the command line's: option names in backticks become flags (`max_tokens` -> --max_tokens),
-    the data loader's parameters become the flags that set them."""
-    message = SPLIT_HINT.sub(lambda m: f"pass --{m.group(1)}_split <one of those>", message)
-    message = SPLIT_ENTRY.sub(lambda m: f"(--{m.group(1)}_split)", message)
+    """A library error as the command line's: an option name in backticks becomes its flag (`max_tokens` ->
+    --max_tokens), the options sharing their names with the library's arguments. Where a name differs (the data
+    loader's `source` is --dataset), the library is given the flag (`load_data`)."""
     known = {f.name for cls in ARGUMENT_CLASSES for f in cls.__dataclass_fields__.values()} | {"config"}
-
-    def flag(match: re.Match) -> str:
-        name = PARAMETER_FLAGS.get(match.group(1), match.group(1))
-        return f"--{name}" if name in known else match.group(0)
-
-    return re.sub(r"`(\w+)`", flag, message)
+    return re.sub(r"`(\w+)`", lambda match: f"--{match[1]}" if match[1] in known else match[0], message)
 
 
 def train(argv: list[str] | None = None) -> dict:
@@ -195,6 +185,8 @@ def load_data(data_args: DataArguments):
         config_name=data_args.dataset_config,
         src_column=data_args.src_column,
         tgt_column=data_args.tgt_column,
+        # Its errors name these flags, where the options' names differ from its arguments'.
+        flags={"source": "--dataset", "config_name": "--dataset_config", **{s: f"--{s}_split" for s in splits}},
     )
     if data_args.max_train_samples:
         raw["train"] = raw["train"].select(range(min(data_args.max_train_samples, len(raw["train"]))))

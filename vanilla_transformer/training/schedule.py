@@ -19,13 +19,13 @@ evaluated at `t = last_epoch`: its first update runs with learning rate 0 and ev
 lrate(n - 1), one update behind this schedule. (tests/test_schedule.py checks both statements.)
 
 Cool-down (a departure from the paper, off by default: `cooldown_start` / `set_cooldown`). The paper's
-inverse-square-root decay never reaches zero, so a run stopped by a budget ends at a learning rate still ~1/3 of
-its peak, where the weights keep jumping around a minimum they never settle into (what checkpoint averaging,
-section 6.1, partly makes up for). With a cool-down, the learning rate holds its value at update `start` and
-then falls linearly to zero at update `end + 1`, so the last update (`end`) runs with `lrate(start) / (end + 1 -
-start)`: the "warmup-stable-decay" shape, annealed to the end of the budget. A time-limited run learns its `end`
-only during training (trainer.TimeLimit estimates it from the recent updates per second), hence a method as well
-as constructor arguments.
+inverse-square-root decay never reaches zero, so a run stopped by a budget ends at a learning rate still a good part
+of its peak (1/3 of it at nine times the warm-up), where the weights keep jumping around a minimum they never settle
+into (what checkpoint averaging, section 6.1, partly makes up for). With a cool-down, the learning rate holds its
+value at update `start` and then falls linearly to zero at update `end + 1`, so the last update (`end`) runs with
+`lrate(start) / (end + 1 - start)`: the "warmup-stable-decay" shape, annealed to the end of the budget. A
+time-limited run learns its `end` only during training (`callbacks.CooldownPlanner` estimates it from the recent
+updates per second), hence `set_cooldown` as well as the constructor arguments.
 
 The scheduler's state is the step counter and the cool-down's two update numbers, so `state_dict` /
 `load_state_dict` (the Trainer's `scheduler.pt`) restore it exactly.
@@ -122,8 +122,10 @@ class NoamLR(LRScheduler):
 
     def set_cooldown(self, start: int, end: int) -> None:
         """(Re)plan the cool-down: hold `lrate(start)` after update `start`, reach zero after update `end` (see the
-        module docstring). `start` may not lie before the update about to run, whose learning rate is set now:
-        the schedule never rewrites what already happened."""
+        module docstring). The one way the schedule changes during a run, called between updates by whoever learns
+        the end then (`callbacks.CooldownPlanner`, from the time limit's clock). `start` may not lie before the update
+        about to run, whose learning rate is set now: the schedule never rewrites what already happened. The plan is
+        part of `state_dict`, so a resumed run keeps it."""
         self._check_cooldown(start, end)
         if start < self.last_epoch:
             raise ValueError(f"`cooldown_start`={start} lies in the past: {self.last_epoch} updates are already done.")

@@ -1,28 +1,37 @@
-"""`VanillaTransformerTrainer`: the `Seq2SeqTrainer` with what the paper's recipe (section 5) needs and the
-Trainer's extension points do not give.
+"""`VanillaTransformerTrainer`: the `Seq2SeqTrainer` with the paper's training recipe (section 5): token batches,
+Adam with the warm-up schedule, the label-smoothed loss, and evaluation by loss and BLEU.
 
-- the learning rate (section 5.3, eq. 3): `create_scheduler` builds `schedule.NoamLR` when `lr_schedule="noam"`
-  (peak `lr_factor * (d_model * warmup_steps)^-0.5`, `d_model` read from the model config); "trainer" gets the
-  stock schedule. The optimizer is the Trainer's own: `adamw_torch_fused` with weight decay 0 is the paper's Adam;
-- the loss (section 5.4): `compute_loss` lets the model compute the label-smoothed cross-entropy (epsilon
-  `label_smoothing_factor`, float32, compiled with the forward under `torch_compile`), normalised by the target tokens
-  of the whole optimizer step, which the Trainer counts across micro-batches and processes (`num_items_in_batch`):
-  the loss and its gradients do not depend on how a batch is split. The logs add the plain `nll_loss` and `ppl`;
-- batches (section 5.1): `get_train_dataloader` takes batches of about `max_tokens` tokens from
-  `batching.TokenBatchSampler`, which shards itself across data-parallel processes;
-- per-update augmentation (not in the paper, off by default): `get_batch_samples` applies `augmentation.py`'s subword
-  splitting and bidirectional reversal to an update's micro-batches, before their target tokens are counted;
-- evaluation: validation loss, NLL and perplexity per target token, and cased sacreBLEU of beam-search translations
-  (the model's generation config), the source encoded once for both; sentences gathered with `gather_for_metrics`
-  so that a multi-process evaluation scores each sentence once;
-- resuming: `train(resume_from_checkpoint=True)` takes the newest complete checkpoint (`checkpoints.py`) and refuses
-  one whose schedule differs from these arguments (the Trainer would restore the checkpoint's silently), or one whose
-  optimizer state a finished run removed (the Trainer would start Adam and the schedule afresh, silently).
+One update, in the order the Trainer (transformers 5.24, `Trainer.train`) calls this package:
 
-Resuming restores the model, the optimizer, the schedule (`scheduler.pt`), the RNG states and the position in the
-data, so a resumed run continues the uninterrupted run's losses exactly (tests/test_trainer.py). Precision
-(`bf16="auto"`) is resolved by `VanillaTrainingArguments` (options.py); in bfloat16 on a CPU the model runs the eager
-attention, the fast kernel there (`precision.fast_attention_implementation`).
+1. `get_train_dataloader` (once per `train()` call, in a new order each epoch): batches of about `max_tokens` tokens
+   from `batching.TokenBatchSampler`, sentences of similar length together (section 5.1), sharded across
+   data-parallel processes by the sampler itself.
+2. `get_batch_samples`: the update's micro-batches (`gradient_accumulation_steps` of them), augmented when asked
+   (`subword_split`, `bidirectional_steps`: augmentation.py, not in the paper) before the Trainer counts their target
+   tokens (`num_items_in_batch`).
+3. `compute_loss`, once per micro-batch, inside the Trainer's `training_step` (which then runs the backward): the
+   model computes the label-smoothed cross-entropy (section 5.4, epsilon `label_smoothing_factor`) divided by the
+   target tokens of the whole update, so the gradients do not depend on how the update is split across micro-batches
+   or processes; the sums for the logs are added up here.
+4. `_get_grad_norm`: the gradient norm for the logs, only before an update that will be logged (no clipping, as in the
+   paper).
+5. The optimizer step: the Trainer's own optimizer, `adamw_torch_fused` with weight decay 0, which is the paper's
+   Adam with beta1 0.9, beta2 0.98, epsilon 1e-9 (section 5.3); then `lr_scheduler.step()`, the learning rate of eq. 3
+   (section 5.3): `schedule.NoamLR`, which `create_scheduler` built before the first update.
+6. The callbacks' `on_step_end` (callbacks.py, a run sized in minutes as the paper's runs are in hours, section 5.2):
+   `TimeLimit` reads the clock and stops at the limit; `CooldownPlanner` plans the cool-down into the schedule
+   (`NoamLR.set_cooldown`) once the time left is short, and stops when it ends.
+7. `log`, every `logging_steps` updates: the Trainer's mean loss, plus `nll_loss` and `ppl` per target token.
+8. Every `eval_steps` updates, `evaluate` -> `evaluation_loop` (the loss per target token of the split) ->
+   `get_eval_dataloader` (sentences sorted by length) -> `prediction_step` per batch (the loss sentence by sentence,
+   and beam search from the same encoding of the source) -> `compute_metrics` (cased sacreBLEU,
+   `evaluation.bleu.make_compute_metrics`).
+9. Every `save_steps` updates, the Trainer's checkpoint (model, optimizer, schedule, RNG states, position in the data):
+   `train(resume_from_checkpoint=...)` continues the uninterrupted run's losses exactly (tests/test_trainer.py), and
+   refuses a checkpoint whose schedule differs from the arguments or whose optimizer state was removed.
+
+Precision (`bf16="auto"`) is resolved by `VanillaTrainingArguments` (options.py); in bfloat16 on a CPU the model runs
+the eager attention, the fast kernel there (`precision.fast_attention_implementation`).
 """
 
 from __future__ import annotations
@@ -58,9 +67,14 @@ logger = logging.getLogger(__name__)
 
 class VanillaTransformerTrainer(Seq2SeqTrainer):
     """`Seq2SeqTrainer` with the paper's optimizer, schedule, label-smoothed loss, token-based batches, BLEU
-    evaluation and crash-safe checkpoints (see the module docstring). Takes the same arguments as
-    `Seq2SeqTrainer`, with `args` a `VanillaTrainingArguments`. When `compute_metrics` is not given and a
-    tokenizer is (`processing_class`), BLEU on the decoded labels is computed by `metrics.make_compute_metrics`.
+    evaluation and crash-safe checkpoints; after `train`, its methods come in the order of the module docstring's
+    update. Takes the same arguments as `Seq2SeqTrainer`, with `args` a `VanillaTrainingArguments`. When
+    `compute_metrics` is not given and a tokenizer is (`processing_class`), BLEU on the decoded labels is computed by
+    `evaluation.bleu.make_compute_metrics`.
+
+    What passes between its methods: the sums of (smoothed loss, NLL, target tokens), added up by `compute_loss` until
+    `log` reads them (training) and by `prediction_step` until `evaluation_loop` reads them (evaluation); and the
+    schedule `create_scheduler` built, which `train` has built again for each call.
     """
 
     # `compute_loss` already divides by the token count of the whole optimizer step: the Trainer must not
@@ -106,7 +120,6 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
         self._merge_tree = None  # (left, right) of subword splitting, read from the tokenizer when first needed
         # Sums of (smoothed loss, NLL, target tokens) since the last log, for training and for evaluation.
         self._loss_sums = {split: torch.zeros(3, device=self.args.device) for split in ("train", "eval")}
-        self._eval_sentence_sums = None  # the current evaluation batch's sums, one row per sentence
         self._noam_scheduler = None  # the paper's schedule, when `create_scheduler` built it
 
     def _use_fast_attention(self) -> None:
@@ -205,219 +218,11 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
                 f"(`--init_from`)."
             )
 
-    # ---- Schedule (section 5.3) ----
-
-    def _get_grad_norm(self, model, grad_norm=None):
-        """The gradient norm, for the logs. Without clipping (`max_grad_norm=0`, the paper's) the Trainer computes it
-        after every update, an extra pass over all gradients (`clip_grad_norm_(params, inf)`, which also multiplies
-        them by 1.0) and a host sync when read: here only before an update whose step will be logged. The one private
-        Trainer method overridden: the Trainer has no switch for it, and the pass costs ~18 ms of the ~600 ms update
-        of the Multi30k preset's small model on a 2-core CPU (3%, every update)."""
-        if grad_norm is None and not self._logs_next_step():
-            return None
-        return super()._get_grad_norm(model, grad_norm=grad_norm)
-
-    def _logs_next_step(self) -> bool:
-        args, step = self.args, self.state.global_step + 1  # the update about to be made
-        if args.logging_strategy != "steps":
-            return True  # epoch-wise logs: no cheap way to know the last update of the epoch here
-        every = self.state.logging_steps or args.logging_steps
-        return (args.logging_first_step and step == 1) or (every and step % every == 0) or step >= self.state.max_steps
-
-    def create_scheduler(self, num_training_steps: int, optimizer: torch.optim.Optimizer | None = None):
-        if self.lr_scheduler is None and self.args.lr_schedule == "noam":
-            config = getattr(self.accelerator.unwrap_model(self.model), "config", None)
-            d_model = getattr(config, "d_model", None)
-            if d_model is None:
-                raise ValueError(
-                    "The paper's learning-rate schedule needs `d_model` from the model config, which has none: use a "
-                    "VanillaTransformer model, or `lr_schedule='trainer'` with `learning_rate`."
-                )
-            warmup = self.args.get_warmup_steps(num_training_steps)
-            # A cool-down over the last `lr_cooldown` of the steps; a TimeLimit moves it earlier when time runs out
-            # first (a timed run's `max_steps` is only a ceiling).
-            start = max(round((1 - self.args.lr_cooldown) * num_training_steps), 1)
-            cooldown = (None, None)  # none asked for, or a run too short for one
-            if self.args.lr_cooldown and start < num_training_steps:
-                cooldown = (start, num_training_steps)
-            self.lr_scheduler = NoamLR(
-                self.optimizer if optimizer is None else optimizer,
-                d_model=d_model,
-                warmup_steps=warmup,
-                factor=self.args.lr_factor,
-                cooldown_start=cooldown[0],
-                cooldown_end=cooldown[1],
-            )
-            self._noam_scheduler = self.lr_scheduler  # rebuilt by the next `train()` call, see there
-            logger.info(
-                "Learning rate: the paper's schedule, d_model=%d, warmup=%d, factor=%g, peak %.3g at update %d.",
-                d_model,
-                warmup,
-                self.args.lr_factor,
-                peak_learning_rate(d_model, warmup, self.args.lr_factor),
-                warmup,
-            )
-            if self.args.lr_cooldown:
-                logger.info(
-                    "Learning rate cool-down (not in the paper): linear to zero over the last %g of the run "
-                    "(updates %s-%d unless a time limit comes first).",
-                    self.args.lr_cooldown,
-                    cooldown[0],
-                    num_training_steps,
-                )
-        return super().create_scheduler(num_training_steps, optimizer)
-
-    # ---- Loss (section 5.4) ----
-
-    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        if "labels" not in inputs:
-            raise ValueError(
-                f"The batch has no `labels` (keys: {sorted(inputs)}): the training data must hold the tokenized "
-                f"targets in a `labels` column."
-            )
-        if model.training:
-            if self.args.torch_compile:
-                # Token batches vary in sentences and in length: compile for any size at once (else torch.compile
-                # compiles for the first shape, then again for each dimension seen to change).
-                for tensor in inputs.values():
-                    if isinstance(tensor, torch.Tensor) and tensor.dim() == 2:
-                        torch._dynamo.maybe_mark_dynamic(tensor, 0)
-                        torch._dynamo.maybe_mark_dynamic(tensor, 1)
-            # The model computes the loss (label-smoothed, float32, fused: `label_smoothed_cross_entropy`), so that
-            # it is part of a compiled graph under `torch_compile`; it builds the decoder input from the labels.
-            outputs = model(
-                **inputs,
-                epsilon_ls=self.args.label_smoothing_factor,
-                num_items_in_batch=num_items_in_batch,
-                use_cache=False,
-            )
-            loss = outputs.loss
-            # The sums for the logs, from the normalized losses (no host sync: tensors are added up).
-            denominator = outputs.num_target_tokens.clamp(min=1) if num_items_in_batch is None else num_items_in_batch
-            sums = torch.stack(
-                [loss.detach() * denominator, outputs.nll_loss * denominator, outputs.num_target_tokens.to(loss.dtype)]
-            )
-            self._loss_sums["train"] += sums.to(self._loss_sums["train"])
-            if num_items_in_batch is not None and self.args.average_tokens_across_devices:
-                # `num_items_in_batch` is then the count over all processes, and DDP averages the gradients over the
-                # processes: multiply back by their number.
-                loss = loss * self.accelerator.num_processes
-            return (loss, outputs) if return_outputs else loss
-
-        # Evaluation: the loss sentence by sentence (gathered per sentence in `prediction_step`), and no KV cache.
-        inputs = dict(inputs)
-        labels = inputs.pop("labels")
-        if "decoder_input_ids" not in inputs:
-            inputs["decoder_input_ids"] = self.accelerator.unwrap_model(model).prepare_decoder_input_ids_from_labels(
-                labels
-            )
-        outputs = model(**inputs, use_cache=False)
-        logits = outputs["logits"] if isinstance(outputs, dict) else outputs[0]
-        smoothed, nll, tokens = label_smoothed_cross_entropy(
-            logits, labels.to(logits.device), self.args.label_smoothing_factor, per_sequence=True
-        )
-        loss = smoothed.sum() / tokens.sum().clamp(min=1)
-        self._eval_sentence_sums = torch.stack([smoothed, nll, tokens.to(smoothed.dtype)], dim=-1)
-        return (loss, outputs) if return_outputs else loss
-
-    def _take_loss_sums(self, split: str) -> tuple[float, float, float]:
-        """(smoothed sum, NLL sum, tokens) over all processes since the last call, then reset them."""
-        sums = self._loss_sums[split].clone()
-        if split == "train":  # evaluation sums are gathered already, without the repeated sentences
-            sums = self.accelerator.reduce(sums, reduction="sum")
-        self._loss_sums[split].zero_()
-        return tuple(sums.tolist())
-
-    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-        if "loss" in logs:  # the periodic training log (evaluation logs have `eval_loss`)
-            _, nll_sum, tokens = self._take_loss_sums("train")
-            if tokens > 0:
-                logs["nll_loss"] = nll_sum / tokens
-                logs["ppl"] = math.exp(min(logs["nll_loss"], 100.0))
-        super().log(logs, start_time)
-
-    # ---- Evaluation: loss, NLL, perplexity, BLEU ----
-
-    def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None, **gen_kwargs):
-        self._eval_sentence_sums = None
-        if not self.args.predict_with_generate or prediction_loss_only:
-            outputs = super().prediction_step(model, inputs, prediction_loss_only, ignore_keys=ignore_keys)
-        else:
-            outputs = self._generate_step(model, inputs, **gen_kwargs)
-        if self._eval_sentence_sums is not None:
-            # The loss sentence by sentence, gathered like the predictions: under data parallelism the last round of
-            # batches is filled up with sentences from the start of the split, which `gather_for_metrics` drops.
-            sums = self.accelerator.gather_for_metrics(self._eval_sentence_sums)
-            self._loss_sums["eval"] += sums.sum(0).to(self._loss_sums["eval"])
-            self._eval_sentence_sums = None
-        return outputs
-
-    def _generate_step(self, model, inputs, **gen_kwargs):
-        loss = labels = encoder_outputs = None
-        if "labels" in inputs:
-            # This trainer's (smoothed) loss, where `Seq2SeqTrainer` would take the model's own plain one.
-            with torch.no_grad(), self.compute_loss_context_manager():
-                loss, outputs = self.compute_loss(model, inputs, return_outputs=True)
-            loss, labels = loss.detach(), inputs["labels"]
-            # The source's encoding, computed for the loss, is what generation starts from: not encoded twice.
-            encoder_outputs = BaseModelOutput(last_hidden_state=outputs["encoder_last_hidden_state"])
-        # Translate the source alone. Not through `Seq2SeqTrainer.prediction_step`: it fills the model's generation
-        # config with the library defaults (max_length=20, ...), which every later checkpoint would then save, and
-        # pads the outputs to that length; the evaluation loop pads the batches to a common width anyway (-100).
-        kwargs = {k: v for k, v in {**getattr(self, "_gen_kwargs", {}), **gen_kwargs}.items() if v is not None}
-        source = {
-            k: v for k, v in inputs.items() if k not in ("labels", "decoder_input_ids", "decoder_attention_mask")
-        }
-        if encoder_outputs is not None:
-            kwargs["encoder_outputs"] = encoder_outputs
-        generated = self.accelerator.unwrap_model(model).generate(**source, **kwargs)
-        if generated.shape[0] != source["input_ids"].shape[0]:
-            raise ValueError(
-                f"Generation returned {generated.shape[0]} sequences for {source['input_ids'].shape[0]} sentences "
-                f"(num_return_sequences={kwargs.get('num_return_sequences')}): BLEU evaluation scores one translation "
-                f"per sentence; leave `num_return_sequences` at 1."
-            )
-        return loss, generated, labels
-
-    def evaluation_loop(
-        self, dataloader, description, prediction_loss_only=None, ignore_keys=None, metric_key_prefix="eval"
-    ):
-        self._loss_sums["eval"].zero_()
-        # `Seq2SeqTrainer.evaluate`/`predict` switch the Trainer's `gather_for_metrics` to a plain `gather` (for
-        # several generated sequences per sentence, which `prediction_step` refuses). A plain gather keeps the
-        # sentences repeated to fill the last round of batches of a multi-process evaluation: they would count
-        # twice in BLEU. Back to the Trainer's default.
-        self.gather_function = partial(
-            self.accelerator.gather_for_metrics, use_gather_object=self.args.eval_use_gather_object
-        )
-        output = super().evaluation_loop(
-            dataloader,
-            description,
-            prediction_loss_only=prediction_loss_only,
-            ignore_keys=ignore_keys,
-            metric_key_prefix=metric_key_prefix,
-        )
-        smoothed_sum, nll_sum, tokens = self._take_loss_sums("eval")
-        if tokens > 0:
-            # Per target token over the whole split (the Trainer's own `eval_loss` averages per-batch means).
-            output.metrics[f"{metric_key_prefix}_loss"] = smoothed_sum / tokens
-            output.metrics[f"{metric_key_prefix}_nll_loss"] = nll_sum / tokens
-            output.metrics[f"{metric_key_prefix}_ppl"] = math.exp(min(nll_sum / tokens, 100.0))
-        return output
-
-    def get_eval_dataloader(self, eval_dataset=None):
-        """The evaluation split sorted by source length, longest first, so that a batch holds sentences of similar
-        length: beam search then pads little (scores are per sentence pair and do not depend on the order)."""
-        dataset = self.eval_dataset if eval_dataset is None else eval_dataset
-        if isinstance(dataset, datasets.Dataset) and {"input_ids"} <= set(dataset.column_names):
-            lengths = dataset.with_format("arrow").select_columns(["input_ids"])[:]
-            lengths = lengths.column("input_ids").combine_chunks().value_lengths().to_numpy()
-            eval_dataset = dataset.select(np.argsort(-lengths, kind="stable"))
-        return super().get_eval_dataloader(eval_dataset)
-
     # ---- Token-based batches (section 5.1) ----
 
     def get_train_dataloader(self) -> DataLoader:
+        """Batches of about `max_tokens` tokens, sentences of similar length together (section 5.1); with
+        `max_tokens=None`, the Trainer's batches of `per_device_train_batch_size` sentences."""
         if self.args.max_tokens is None:
             return super().get_train_dataloader()
         dataset = self.train_dataset
@@ -467,11 +272,12 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
             non_blocking=self.accelerator.non_blocking,
         )
 
-    # ---- Subword splitting (not in the paper; `subword_split`) ----
+    # ---- Per-update augmentation (not in the paper) ----
 
     def get_batch_samples(self, epoch_iterator, num_batches: int, device: torch.device):
-        """The Trainer's micro-batches of one update; with `subword_split` > 0, their sentences split into smaller
-        subwords (subword_split.py) before the target tokens that normalise the loss are counted."""
+        """The Trainer's micro-batches of one update, augmented before the target tokens that normalise the loss are
+        counted: with `subword_split` > 0 their sentences split into smaller subwords, and during the first
+        `bidirectional_steps` updates half of them reversed (augmentation.py; neither is in the paper)."""
         if self.args.subword_split:
             # Lazy: the Trainer's loop takes its `num_batches` from the iterator, each split as it is taken.
             epoch_iterator = (self._split_subwords(batch, i) for i, batch in enumerate(epoch_iterator))
@@ -480,7 +286,7 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
         return super().get_batch_samples(epoch_iterator, num_batches, device)
 
     def _update_seed(self, micro_batch: int, *stream: int) -> int:
-        """`augment.update_seed` of this update, micro-batch and process (`stream` 2: the reversal)."""
+        """`augmentation.update_seed` of this update, micro-batch and process (`stream` 2: the reversal)."""
         return update_seed(self.args.seed, self.state.global_step, micro_batch, self.args.process_index, *stream)
 
     def _maybe_reverse(self, batch: dict, micro_batch: int) -> dict:
@@ -499,3 +305,217 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
             max_length=getattr(config, "max_position_embeddings", None),
             pad_to_multiple_of=self.args.pad_to_multiple_of,
         )
+
+    # ---- Loss (section 5.4) ----
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        """The training loss of one micro-batch: the model computes the label-smoothed cross-entropy (float32, fused:
+        `label_smoothed_cross_entropy`), so that it is part of the compiled graph under `torch_compile`, and divides it
+        by `num_items_in_batch`, the target tokens of the whole update; it builds the decoder input from the labels.
+        Evaluation computes its loss in `prediction_step`."""
+        if "labels" not in inputs:
+            raise ValueError(
+                f"The batch has no `labels` (keys: {sorted(inputs)}): the training data must hold the tokenized "
+                f"targets in a `labels` column."
+            )
+        if self.args.torch_compile:
+            # Token batches vary in sentences and in length: compile for any size at once (else torch.compile
+            # compiles for the first shape, then again for each dimension seen to change).
+            for tensor in inputs.values():
+                if isinstance(tensor, torch.Tensor) and tensor.dim() == 2:
+                    torch._dynamo.maybe_mark_dynamic(tensor, 0)
+                    torch._dynamo.maybe_mark_dynamic(tensor, 1)
+        outputs = model(
+            **inputs,
+            epsilon_ls=self.args.label_smoothing_factor,
+            num_items_in_batch=num_items_in_batch,
+            use_cache=False,
+        )
+        loss = outputs.loss
+        # The sums for the logs, from the normalized losses (no host sync: tensors are added up).
+        denominator = outputs.num_target_tokens.clamp(min=1) if num_items_in_batch is None else num_items_in_batch
+        sums = torch.stack(
+            [loss.detach() * denominator, outputs.nll_loss * denominator, outputs.num_target_tokens.to(loss.dtype)]
+        )
+        self._loss_sums["train"] += sums.to(self._loss_sums["train"])
+        if num_items_in_batch is not None and self.args.average_tokens_across_devices:
+            # `num_items_in_batch` is then the count over all processes, and DDP averages the gradients over the
+            # processes: multiply back by their number.
+            loss = loss * self.accelerator.num_processes
+        return (loss, outputs) if return_outputs else loss
+
+    # ---- Gradient norm and schedule (section 5.3) ----
+
+    # Private: the Trainer has no public switch for the gradient norm it computes after every update.
+    def _get_grad_norm(self, model, grad_norm=None):
+        """The gradient norm, for the logs. Without clipping (`max_grad_norm=0`, the paper's) the Trainer computes it
+        after every update, an extra pass over all gradients (`clip_grad_norm_(params, inf)`, which also multiplies
+        them by 1.0) and a host sync when read: here only before an update whose step will be logged (its cost:
+        docs/performance.md)."""
+        if grad_norm is None and not self._logs_next_step():
+            return None
+        return super()._get_grad_norm(model, grad_norm=grad_norm)
+
+    def _logs_next_step(self) -> bool:
+        args, step = self.args, self.state.global_step + 1  # the update about to be made
+        if args.logging_strategy != "steps":
+            return True  # epoch-wise logs: no cheap way to know the last update of the epoch here
+        every = self.state.logging_steps or args.logging_steps
+        return (args.logging_first_step and step == 1) or (every and step % every == 0) or step >= self.state.max_steps
+
+    def create_scheduler(self, num_training_steps: int, optimizer: torch.optim.Optimizer | None = None):
+        """With `lr_schedule="noam"`, the paper's learning rate (section 5.3, eq. 3): `schedule.NoamLR`, peak
+        `lr_factor * (d_model * warmup_steps)^-0.5` with `d_model` from the model config, and the cool-down asked for
+        (`lr_cooldown`, not in the paper). With "trainer", the Trainer's own schedule (`lr_scheduler_type`)."""
+        if self.lr_scheduler is None and self.args.lr_schedule == "noam":
+            config = getattr(self.accelerator.unwrap_model(self.model), "config", None)
+            d_model = getattr(config, "d_model", None)
+            if d_model is None:
+                raise ValueError(
+                    "The paper's learning-rate schedule needs `d_model` from the model config, which has none: use a "
+                    "VanillaTransformer model, or `lr_schedule='trainer'` with `learning_rate`."
+                )
+            warmup = self.args.get_warmup_steps(num_training_steps)
+            # A cool-down over the last `lr_cooldown` of the steps; `callbacks.CooldownPlanner` moves it earlier when
+            # a time limit comes first (a timed run's `max_steps` is only a ceiling).
+            start = max(round((1 - self.args.lr_cooldown) * num_training_steps), 1)
+            cooldown = (None, None)  # none asked for, or a run too short for one
+            if self.args.lr_cooldown and start < num_training_steps:
+                cooldown = (start, num_training_steps)
+            self.lr_scheduler = NoamLR(
+                self.optimizer if optimizer is None else optimizer,
+                d_model=d_model,
+                warmup_steps=warmup,
+                factor=self.args.lr_factor,
+                cooldown_start=cooldown[0],
+                cooldown_end=cooldown[1],
+            )
+            self._noam_scheduler = self.lr_scheduler  # rebuilt by the next `train()` call, see there
+            logger.info(
+                "Learning rate: the paper's schedule, d_model=%d, warmup=%d, factor=%g, peak %.3g at update %d.",
+                d_model,
+                warmup,
+                self.args.lr_factor,
+                peak_learning_rate(d_model, warmup, self.args.lr_factor),
+                warmup,
+            )
+            if self.args.lr_cooldown:
+                logger.info(
+                    "Learning rate cool-down (not in the paper): linear to zero over the last %g of the run "
+                    "(updates %s-%d unless a time limit comes first).",
+                    self.args.lr_cooldown,
+                    cooldown[0],
+                    num_training_steps,
+                )
+        return super().create_scheduler(num_training_steps, optimizer)
+
+    # ---- Logs ----
+
+    def _take_loss_sums(self, split: str) -> tuple[float, float, float]:
+        """(smoothed sum, NLL sum, tokens) over all processes since the last call, then reset them."""
+        sums = self._loss_sums[split].clone()
+        if split == "train":  # evaluation sums are gathered already, without the repeated sentences
+            sums = self.accelerator.reduce(sums, reduction="sum")
+        self._loss_sums[split].zero_()
+        return tuple(sums.tolist())
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        """The Trainer's log; the periodic training log gains `nll_loss` and `ppl`, per target token since the last."""
+        if "loss" in logs:  # the periodic training log (evaluation logs have `eval_loss`)
+            _, nll_sum, tokens = self._take_loss_sums("train")
+            if tokens > 0:
+                logs["nll_loss"] = nll_sum / tokens
+                logs["ppl"] = math.exp(min(logs["nll_loss"], 100.0))
+        super().log(logs, start_time)
+
+    # ---- Evaluation: loss, NLL, perplexity, BLEU ----
+
+    def evaluation_loop(
+        self, dataloader, description, prediction_loss_only=None, ignore_keys=None, metric_key_prefix="eval"
+    ):
+        """The Trainer's loop over the split, each sentence gathered once, and the loss, NLL and perplexity per target
+        token of the whole split (the Trainer's own `eval_loss` averages per-batch means)."""
+        self._loss_sums["eval"].zero_()
+        # `Seq2SeqTrainer.evaluate`/`predict` switch the Trainer's `gather_for_metrics` to a plain `gather` (for
+        # several generated sequences per sentence, which `prediction_step` refuses). A plain gather keeps the
+        # sentences repeated to fill the last round of batches of a multi-process evaluation: they would count
+        # twice in BLEU. Back to the Trainer's default.
+        self.gather_function = partial(
+            self.accelerator.gather_for_metrics, use_gather_object=self.args.eval_use_gather_object
+        )
+        output = super().evaluation_loop(
+            dataloader,
+            description,
+            prediction_loss_only=prediction_loss_only,
+            ignore_keys=ignore_keys,
+            metric_key_prefix=metric_key_prefix,
+        )
+        smoothed_sum, nll_sum, tokens = self._take_loss_sums("eval")
+        if tokens > 0:
+            output.metrics[f"{metric_key_prefix}_loss"] = smoothed_sum / tokens
+            output.metrics[f"{metric_key_prefix}_nll_loss"] = nll_sum / tokens
+            output.metrics[f"{metric_key_prefix}_ppl"] = math.exp(min(nll_sum / tokens, 100.0))
+        return output
+
+    def get_eval_dataloader(self, eval_dataset=None):
+        """The evaluation split sorted by source length, longest first, so that a batch holds sentences of similar
+        length: beam search then pads little (scores are per sentence pair and do not depend on the order)."""
+        dataset = self.eval_dataset if eval_dataset is None else eval_dataset
+        if isinstance(dataset, datasets.Dataset) and {"input_ids"} <= set(dataset.column_names):
+            lengths = dataset.with_format("arrow").select_columns(["input_ids"])[:]
+            lengths = lengths.column("input_ids").combine_chunks().value_lengths().to_numpy()
+            eval_dataset = dataset.select(np.argsort(-lengths, kind="stable"))
+        return super().get_eval_dataloader(eval_dataset)
+
+    def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None, **gen_kwargs):
+        """One evaluation batch, as the Trainer's (loss, predictions, labels). The loss is this trainer's (smoothed,
+        section 5.4), computed sentence by sentence without KV cache and added to the evaluation's sums. The
+        predictions: with `predict_with_generate`, the translations, by beam search (the model's generation config)
+        from the source's encoding that the loss forward computed (each source is encoded once); without it the
+        logits, none with `prediction_loss_only`."""
+        generate = self.args.predict_with_generate and not prediction_loss_only
+        if "labels" not in inputs:  # nothing to score: the translations alone, or the Trainer's step
+            if generate:
+                return None, self._translate(model, inputs, None, gen_kwargs), None
+            return super().prediction_step(model, inputs, prediction_loss_only, ignore_keys=ignore_keys)
+        labels = inputs["labels"]
+        forward = {k: v for k, v in inputs.items() if k != "labels"}
+        if "decoder_input_ids" not in forward:  # the collator had no `model=` to build them
+            unwrapped = self.accelerator.unwrap_model(model)
+            forward["decoder_input_ids"] = unwrapped.prepare_decoder_input_ids_from_labels(labels)
+        with torch.no_grad(), self.compute_loss_context_manager():
+            outputs = model(**forward, use_cache=False)
+            logits = outputs["logits"] if isinstance(outputs, dict) else outputs[0]
+            smoothed, nll, tokens = label_smoothed_cross_entropy(
+                logits, labels.to(logits.device), self.args.label_smoothing_factor, per_sequence=True
+            )
+        # Gathered like the predictions: under data parallelism the last round of batches is filled up with sentences
+        # from the start of the split, which `gather_for_metrics` drops.
+        sums = self.accelerator.gather_for_metrics(torch.stack([smoothed, nll, tokens.to(smoothed.dtype)], dim=-1))
+        self._loss_sums["eval"] += sums.sum(0).to(self._loss_sums["eval"])
+        loss = (smoothed.sum() / tokens.sum().clamp(min=1)).detach()
+        if not generate:
+            return (loss, None, None) if prediction_loss_only else (loss, logits, labels)
+        encoder_outputs = BaseModelOutput(last_hidden_state=outputs["encoder_last_hidden_state"])
+        return loss, self._translate(model, inputs, encoder_outputs, gen_kwargs), labels
+
+    def _translate(self, model, inputs, encoder_outputs, gen_kwargs) -> torch.Tensor:
+        """The translations of the batch's source, one per sentence, from `encoder_outputs` when given. Not through
+        `Seq2SeqTrainer.prediction_step`: it fills the model's generation config with the library defaults
+        (max_length=20, ...), which every later checkpoint would then save, and pads the outputs to that length; the
+        evaluation loop pads the batches to a common width anyway (-100)."""
+        # `Seq2SeqTrainer.evaluate`/`predict` keep their generation arguments in `_gen_kwargs` (no public accessor).
+        kwargs = {k: v for k, v in {**getattr(self, "_gen_kwargs", {}), **gen_kwargs}.items() if v is not None}
+        source = {
+            k: v for k, v in inputs.items() if k not in ("labels", "decoder_input_ids", "decoder_attention_mask")
+        }
+        if encoder_outputs is not None:
+            kwargs["encoder_outputs"] = encoder_outputs
+        generated = self.accelerator.unwrap_model(model).generate(**source, **kwargs)
+        if generated.shape[0] != source["input_ids"].shape[0]:
+            raise ValueError(
+                f"Generation returned {generated.shape[0]} sequences for {source['input_ids'].shape[0]} sentences "
+                f"(num_return_sequences={kwargs.get('num_return_sequences')}): BLEU evaluation scores one translation "
+                f"per sentence; leave `num_return_sequences` at 1."
+            )
+        return generated
