@@ -74,7 +74,8 @@ def wheel(tmp_path_factory) -> Path:
 
 
 def test_wheel_holds_every_file_the_package_needs(wheel):
-    from vanilla_transformer import metrics, model_card
+    from vanilla_transformer.evaluation import bleu as metrics
+    from vanilla_transformer.hub import model_card
 
     names = set(zipfile.ZipFile(wheel).namelist())
     in_package = {name for name in names if name.startswith(f"{PACKAGE.name}/")}

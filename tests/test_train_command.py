@@ -13,7 +13,7 @@ import torch
 from helpers import read_multi30k, subprocess_env, tiny_options, write_multi30k_subset
 from safetensors.torch import load_file
 
-from vanilla_transformer import train
+from vanilla_transformer.training import command as train
 from vanilla_transformer.training.options import PRESETS_DIR, default_recipe, parse_args, shipped_presets
 
 

@@ -12,8 +12,9 @@ import pytest
 import torch
 from helpers import MULTI30K, subprocess_env, tiny_config, tiny_options, write_multi30k_subset
 
-from vanilla_transformer import VanillaTransformerForConditionalGeneration, train
+from vanilla_transformer import VanillaTransformerForConditionalGeneration
 from vanilla_transformer.data.tokenizer import load_tokenizer
+from vanilla_transformer.training import command as train
 from vanilla_transformer.training import report
 from vanilla_transformer.training.options import PRESETS_DIR, VanillaTrainingArguments
 from vanilla_transformer.training.report import describe_hardware

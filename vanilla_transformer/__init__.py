@@ -24,8 +24,8 @@ _EXPORTS = {
     "VanillaTransformerForConditionalGeneration": "modeling_vanilla_transformer",
     "VanillaTransformerModel": "modeling_vanilla_transformer",
     "VanillaTransformerPreTrainedModel": "modeling_vanilla_transformer",
-    "shipped_model_path": "shipped",
-    "shipped_models": "shipped",
+    "shipped_model_path": "translation.shipped",
+    "shipped_models": "translation.shipped",
 }
 COMMAND_LINE_MODULES = ("vanilla_transformer.cli", "vanilla_transformer.training.command", "vanilla_transformer")
 _registered = False
