@@ -6,7 +6,7 @@
     python -m vanilla_transformer.training.command ...  /  python train.py ...  (in a clone)    # the same command
 
 The steps, each a function below or in `vanilla_transformer.training`: parse and check the options
-(`training/arguments.py`), load and check the data (`data.py`), check the output directory, get the shared
+(`training/options.py`), load and check the data (`data/corpus.py`), check the output directory, get the shared
 tokenizer (trained on the training split unless given), build the model, tokenize, train
 (`training/trainer.py`, `training/callbacks.py`), then the end-of-run report (`training/report.py`). Every error in
 the options, the preset or the data is found before anything is written, and a person at a command line gets it as
