@@ -54,7 +54,9 @@ def subprocess_env(**extra: str) -> dict[str, str]:
     return {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", **extra}
 
 
-# The sizes of the tiny model that the data, pipeline and CLI tests build (1 layer each side, d_model 32, 2 heads).
+# The sizes of the tiny model the tests build: section 3's architecture (3.1's two stacks, 3.2.2's heads, 3.3's
+# feed-forward layer) at 1 layer each side, d_model 32, 2 heads, d_ff 64, small enough to train in seconds on a CPU.
+# A test that needs other sizes overrides them by name, where a reader sees them.
 TINY_SIZES = dict(
     d_model=32,
     encoder_layers=1,
@@ -64,6 +66,26 @@ TINY_SIZES = dict(
     encoder_ffn_dim=64,
     decoder_ffn_dim=64,
 )
+
+
+def tiny_config(**overrides):
+    """A VanillaTransformerConfig of TINY_SIZES, with `overrides` (vocab_size, dropout, a test's own sizes) on top."""
+    from vanilla_transformer import VanillaTransformerConfig
+
+    return VanillaTransformerConfig(**{**TINY_SIZES, **overrides})
+
+
+def tiny_options(**overrides) -> list[str]:
+    """TINY_SIZES as the train command's options (`--layers`, `--heads`, `--ffn_dim` set both stacks), then
+    `overrides` by option name: `tiny_options(vocab_size=400)` ends with `--vocab_size 400`."""
+    options = {
+        "d_model": TINY_SIZES["d_model"],
+        "layers": TINY_SIZES["encoder_layers"],
+        "heads": TINY_SIZES["encoder_attention_heads"],
+        "ffn_dim": TINY_SIZES["encoder_ffn_dim"],
+        **overrides,
+    }
+    return [text for name, value in options.items() for text in (f"--{name}", str(value))]
 
 
 def train_steps(model, tokenizer, source: list[str], target: list[str], steps: int, seed: int):

@@ -12,12 +12,13 @@ import textwrap
 import numpy as np
 import pytest
 import torch
-from helpers import BLOCK_PACKAGE, read_multi30k, subprocess_env
+from helpers import BLOCK_PACKAGE, read_multi30k, subprocess_env, tiny_config
 from safetensors.torch import load_file
 
-from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration, attention_figures
+from vanilla_transformer import VanillaTransformerForConditionalGeneration
 from vanilla_transformer.cli import main
 from vanilla_transformer.data.tokenizer import train_tokenizer
+from vanilla_transformer.evaluation import attention as attention_figures
 from vanilla_transformer.evaluation.attention import (
     LINE_WIDTH,
     attention_figure,
@@ -40,15 +41,11 @@ def tokenizer():
 def model(tokenizer):
     # Encoder and decoder of different depths and head counts, so that a mix-up of the kinds changes the shapes.
     torch.manual_seed(0)
-    config = VanillaTransformerConfig(
+    config = tiny_config(
         vocab_size=len(tokenizer),
-        d_model=32,
         encoder_layers=2,
         decoder_layers=3,
-        encoder_attention_heads=2,
         decoder_attention_heads=4,
-        encoder_ffn_dim=64,
-        decoder_ffn_dim=64,
         dropout=0.1,
         tie_word_embeddings=False,
     )

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import TINY_SIZES
 from safetensors import safe_open
 from safetensors.torch import load_file
 
@@ -12,17 +13,7 @@ from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForC
 from vanilla_transformer.training.averaging import average_checkpoints, average_state_dicts, last_checkpoints, main
 
 
-TINY = dict(
-    vocab_size=40,
-    d_model=16,
-    encoder_layers=1,
-    decoder_layers=1,
-    encoder_attention_heads=2,
-    decoder_attention_heads=2,
-    encoder_ffn_dim=32,
-    decoder_ffn_dim=32,
-    dropout=0.0,
-)
+TINY = dict(TINY_SIZES, vocab_size=40, d_model=16, encoder_ffn_dim=32, decoder_ffn_dim=32, dropout=0.0)
 
 
 def tiny_model(seed, **overrides):

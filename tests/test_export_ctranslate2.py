@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import read_multi30k, subprocess_env, train_steps
+from helpers import read_multi30k, subprocess_env, tiny_config, train_steps
 
-from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
+from vanilla_transformer import VanillaTransformerForConditionalGeneration
 from vanilla_transformer.translation.ctranslate2 import import_ctranslate2
 
 
@@ -49,27 +49,17 @@ def tokenizer(corpus):
     return train_tokenizer(src + tgt, vocab_size=600, model_max_length=MAX_LENGTH)
 
 
-def tiny_config(tokenizer, **overrides):
-    return VanillaTransformerConfig(
-        **{
-            "vocab_size": len(tokenizer),
-            "d_model": 32,
-            "encoder_layers": 2,
-            "decoder_layers": 2,
-            "encoder_attention_heads": 2,
-            "decoder_attention_heads": 2,
-            "encoder_ffn_dim": 64,
-            "decoder_ffn_dim": 64,
-            "dropout": 0.0,
-            **overrides,
-        }
+def two_layer_config(tokenizer, **overrides):
+    """The tiny model with two layers a side and no dropout, on the tokenizer's vocabulary."""
+    return tiny_config(
+        **{"vocab_size": len(tokenizer), "encoder_layers": 2, "decoder_layers": 2, "dropout": 0.0, **overrides}
     )
 
 
 @pytest.fixture(scope="module")
 def random_model(tokenizer):
     torch.manual_seed(0)
-    return VanillaTransformerForConditionalGeneration(tiny_config(tokenizer)).eval()
+    return VanillaTransformerForConditionalGeneration(two_layer_config(tokenizer)).eval()
 
 
 @pytest.fixture(scope="module")
@@ -78,7 +68,7 @@ def trained_model(tokenizer, corpus):
     to the length limit, so both ways a beam search ends are exercised."""
     src, tgt = corpus
     torch.manual_seed(2)
-    model = VanillaTransformerForConditionalGeneration(tiny_config(tokenizer, encoder_layers=1, decoder_layers=1))
+    model = VanillaTransformerForConditionalGeneration(tiny_config(vocab_size=len(tokenizer), dropout=0.0))
     return train_steps(model, tokenizer, src, tgt, steps=100, seed=2)
 
 
@@ -183,7 +173,7 @@ def test_beam_search_at_the_length_limit_equals_generate(offset, trained_model, 
 )
 def test_architecture_variants_equal_generate(flags, tokenizer, sentences, tmp_path):
     torch.manual_seed(1)
-    model = VanillaTransformerForConditionalGeneration(tiny_config(tokenizer, **flags)).eval()
+    model = VanillaTransformerForConditionalGeneration(two_layer_config(tokenizer, **flags)).eval()
     with torch.no_grad():  # biases and norms start at 0 / 1: make them matter
         for name, parameter in model.named_parameters():
             if name.endswith("bias") or "norm" in name:

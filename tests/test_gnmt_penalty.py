@@ -322,7 +322,9 @@ def preset_decoding(name: str) -> GenerationConfig:
     from vanilla_transformer.training.command import set_decoding
     from vanilla_transformer.training.options import RunArguments
 
-    preset = json.loads((Path(__file__).resolve().parents[1] / "vanilla_transformer" / "training" / "recipes" / name).read_text())
+    preset = json.loads(
+        (Path(__file__).resolve().parents[1] / "vanilla_transformer" / "training" / "recipes" / name).read_text()
+    )
     run_args = RunArguments(**{f.name: preset[f.name] for f in fields(RunArguments) if f.name in preset})
     config = GenerationConfig(num_beams=4, length_penalty=0.6, early_stopping=True)
     set_decoding(config, run_args)
@@ -391,13 +393,13 @@ def test_a_wmt14_preset_model_decodes_with_the_gnmt_penalty_where_only_transform
 
 
 def test_the_model_card_names_the_form_its_generation_config_uses():
-    from test_model_card import REPO, RESULTS, tiny_config
+    from test_model_card import REPO, RESULTS, small_config
 
     from vanilla_transformer.hub.model_card import render_model_card
 
     gnmt = {**RESULTS, "decoding": {**RESULTS["decoding"], "length_penalty_form": "gnmt"}}
-    text = render_model_card(tiny_config(), gnmt, REPO).content
+    text = render_model_card(small_config(), gnmt, REPO).content
     assert "decodes with the paper's GNMT length penalty" in text and "divides by `length ** alpha`" not in text
-    text = render_model_card(tiny_config(), RESULTS, REPO).content  # no form recorded: transformers' length form
+    text = render_model_card(small_config(), RESULTS, REPO).content  # no form recorded: transformers' length form
     assert "divides by `length ** alpha`" in text and "decodes with the paper's GNMT" not in text
     assert "\n\n- The model only knows" not in text  # the bullets stay one list

@@ -26,7 +26,7 @@ import sacrebleu
 import torch
 import yaml
 from conftest import HUB
-from helpers import BLOCK_PACKAGE, read_multi30k
+from helpers import BLOCK_PACKAGE, read_multi30k, tiny_options
 from huggingface_hub import HfApi, ModelCard, constants, snapshot_download
 from huggingface_hub.errors import RepositoryNotFoundError
 from safetensors.torch import save_file
@@ -88,14 +88,7 @@ def train_args(data_dir, output_dir, *extra):
         TEST_SPLIT,
         "--vocab_size",
         "600",
-        "--d_model",
-        "32",
-        "--layers",
-        "1",
-        "--heads",
-        "2",
-        "--ffn_dim",
-        "64",
+        *tiny_options(),
         "--dropout",
         "0.0",
         "--max_steps",

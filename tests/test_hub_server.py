@@ -23,6 +23,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from helpers import TINY_SIZES
 from support.hub_server import HOST, LFS_SIZE_THRESHOLD, LoopbackHub
 
 
@@ -419,10 +420,8 @@ def test_marian_push_to_hub_and_from_pretrained(server, tmp_path):
         from transformers import AutoModelForSeq2SeqLM, MarianConfig, MarianMTModel
 
         out, repo = ARGS["out"], ARGS["repo"]
-        config = MarianConfig(vocab_size=64, d_model=16, encoder_layers=1, decoder_layers=1,
-                              encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=32,
-                              decoder_ffn_dim=32, max_position_embeddings=32, pad_token_id=0, eos_token_id=2,
-                              decoder_start_token_id=0)
+        config = MarianConfig(vocab_size=64, **ARGS["sizes"], max_position_embeddings=32, pad_token_id=0,
+                              eos_token_id=2, decoder_start_token_id=0)
         inputs = {"input_ids": torch.tensor([[5, 6, 7, 2]]), "decoder_input_ids": torch.tensor([[0, 9, 10]])}
 
         def dump(model, name):
@@ -455,6 +454,7 @@ def test_marian_push_to_hub_and_from_pretrained(server, tmp_path):
     """,
         out=str(out),
         repo=repo,
+        sizes=dict(TINY_SIZES, d_model=16, encoder_ffn_dim=32, decoder_ffn_dim=32),
     )
 
     assert r["auto_class"] == "MarianMTModel"

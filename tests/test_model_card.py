@@ -45,7 +45,8 @@ RESULTS = {
 REPO = "tester/vt-small-en-de"
 
 
-def tiny_config(**overrides):
+def small_config(**overrides):
+    """The "small" preset (the card shows its sizes against the paper's base model), on a 100-token vocabulary."""
     return VanillaTransformerConfig.from_preset("small", vocab_size=100, **overrides)
 
 
@@ -61,7 +62,7 @@ def section(text: str, start: str, end: str) -> str:
 
 
 def test_metadata_parses_back_and_model_index_equals_results(tmp_path):
-    path = write_model_card(tmp_path / "ckpt", tiny_config(), RESULTS, repo_id=REPO)
+    path = write_model_card(tmp_path / "ckpt", small_config(), RESULTS, repo_id=REPO)
     assert path == str(tmp_path / "ckpt" / "README.md")
 
     card = ModelCard.load(path)  # strict: invalid model-index metadata raises here
@@ -93,13 +94,13 @@ def test_metadata_parses_back_and_model_index_equals_results(tmp_path):
 def test_results_json_file_gives_the_same_card(tmp_path):
     results_path = tmp_path / "results.json"
     results_path.write_text(json.dumps(RESULTS))
-    from_dict = render_model_card(tiny_config(), RESULTS, REPO).content
-    from_file = render_model_card(tiny_config(), str(results_path), REPO).content
+    from_dict = render_model_card(small_config(), RESULTS, REPO).content
+    from_file = render_model_card(small_config(), str(results_path), REPO).content
     assert from_file == from_dict
 
 
 def test_deviations_from_the_paper_are_listed():
-    config = tiny_config(normalize_before=True, position_embedding_type="learned", attention_dropout=0.1)
+    config = small_config(normalize_before=True, position_embedding_type="learned", attention_dropout=0.1)
     expected = {"normalize_before", "position_embedding_type", "attention_dropout"}
     assert {d["name"] for d in paper_deviations(config)} == expected
 
@@ -108,7 +109,7 @@ def test_deviations_from_the_paper_are_listed():
     assert listed == expected
     assert "`position_embedding_type=learned` instead of the paper's `sinusoidal`" in text
 
-    paper = render_model_card(tiny_config(), RESULTS, REPO).content
+    paper = render_model_card(small_config(), RESULTS, REPO).content
     differences = section(paper, "**Differences", "## How to use")
     assert (
         not re.search(r"^- `", differences, re.M) and "every architectural flag has the paper's value" in differences
@@ -123,7 +124,7 @@ def model_table(text: str) -> dict[str, tuple[str, str]]:
 
 
 def test_preset_and_sizes():
-    small = render_model_card(tiny_config(), RESULTS, REPO).content
+    small = render_model_card(small_config(), RESULTS, REPO).content
     assert "the **small** preset" in small
     # One table, this model beside the paper's base (Table 3); the values that differ are in bold.
     assert small.count("| d_model |") == 1 and "| setting | value |" not in small
@@ -140,7 +141,7 @@ def test_preset_and_sizes():
     base = render_model_card(VanillaTransformerConfig.from_preset("base", vocab_size=100), RESULTS, REPO).content
     assert "the paper's **base** model (Table 3)" in base
     assert not any("**" in value for value, _ in model_table(base).values())
-    custom = render_model_card(tiny_config(d_model=128, position_embedding_type="learned"), RESULTS, REPO).content
+    custom = render_model_card(small_config(d_model=128, position_embedding_type="learned"), RESULTS, REPO).content
     assert "a custom configuration" in custom
     assert model_table(custom)["positional encoding"] == ("**learned**", "sinusoidal")
 
@@ -155,14 +156,14 @@ def test_attention_figure_section():
         "split": "val",
         "translation": "Ein Mann schläft.",
     }
-    text = render_model_card(tiny_config(), {**RESULTS, "attention_figure": figure}, REPO).content
+    text = render_model_card(small_config(), {**RESULTS, "attention_figure": figure}, REPO).content
     assert "![Cross-attention of decoder layer 1](attention.png)" in text
     assert 'the sentence "A man sleeps." (from the val split)' in text and '"Ein Mann schläft." (beam 4)' in text
-    assert "## What the model attends to" not in render_model_card(tiny_config(), RESULTS, REPO).content
+    assert "## What the model attends to" not in render_model_card(small_config(), RESULTS, REPO).content
 
 
 def test_usage_training_and_results_sections():
-    text = render_model_card(tiny_config(), RESULTS, REPO).content
+    text = render_model_card(small_config(), RESULTS, REPO).content
     assert f'pipeline("translation", model="{REPO}", trust_remote_code=True)' in text
     assert f'AutoModelForSeq2SeqLM.from_pretrained("{REPO}", trust_remote_code=True)' in text
     assert f'AutoTokenizer.from_pretrained("{REPO}", trust_remote_code=True)' in text
@@ -182,16 +183,16 @@ def test_usage_training_and_results_sections():
 
 
 def test_ctranslate2_section_states_the_models_own_decoding():
-    text = render_model_card(tiny_config(), RESULTS, REPO).content
+    text = render_model_card(small_config(), RESULTS, REPO).content
     assert "decoding settings\nof its generation config (beam 4, length penalty 0.6," in text
     chosen = {**RESULTS, "decoding": {"num_beams": 4, "length_penalty": 1.0}}
-    assert "(beam 4, length penalty 1.0," in render_model_card(tiny_config(), chosen, REPO).content
+    assert "(beam 4, length penalty 1.0," in render_model_card(small_config(), chosen, REPO).content
 
 
 def test_lowercased_bleu_row_and_validation_curve():
     lower = {"score": 37.04, "signature": SIGNATURE.replace("case:mixed", "case:lc")}
     results = {**RESULTS, "bleu": {"test": {**RESULTS["bleu"]["test"], "lowercase": lower}}, "plots": ["bleu.png"]}
-    card = render_model_card(tiny_config(), results, REPO)
+    card = render_model_card(small_config(), results, REPO)
     rows = [line for line in card.content.splitlines() if line.startswith("| test_2016_flickr")]
     assert [re.split(r"(?<!\\)\|", row)[1:3] for row in rows] == [
         [" test_2016_flickr ", " 35.21 "],
@@ -201,12 +202,12 @@ def test_lowercased_bleu_row_and_validation_curve():
     # The model-index keeps one entry per split: the cased score.
     assert [r.metric_value for r in card.data.eval_results] == [RESULTS["bleu"]["test"]["score"]]
     assert "![Validation BLEU during training](bleu.png)" in card.content
-    assert "bleu.png" not in render_model_card(tiny_config(), RESULTS, REPO).content
+    assert "bleu.png" not in render_model_card(small_config(), RESULTS, REPO).content
 
 
 def test_minimal_results_and_no_repo_id(tmp_path):
     results = {"src_lang": "de", "tgt_lang": "en", "bleu": {"test": {"score": 12.5, "signature": SIGNATURE}}}
-    card = ModelCard.load(write_model_card(tmp_path, tiny_config(), results))
+    card = ModelCard.load(write_model_card(tmp_path, small_config(), results))
     assert card.data.model_name == "vanilla-transformer-de-en"
     assert card.data.datasets is None
     assert [(r.dataset_split, r.metric_value) for r in card.data.eval_results] == [("test", 12.5)]
@@ -245,16 +246,16 @@ def _broken(**changes):
 )
 def test_bad_results_raise_value_errors_naming_the_key(results, named):
     with pytest.raises(ValueError, match=named):
-        render_model_card(tiny_config(), results, REPO)
+        render_model_card(small_config(), results, REPO)
 
 
 def test_bad_arguments_raise_value_errors(tmp_path):
     with pytest.raises(ValueError, match="results"):
-        render_model_card(tiny_config(), str(tmp_path / "missing.json"), REPO)
+        render_model_card(small_config(), str(tmp_path / "missing.json"), REPO)
     with pytest.raises(ValueError, match="repo_id"):
-        render_model_card(tiny_config(), RESULTS, "no-namespace")
+        render_model_card(small_config(), RESULTS, "no-namespace")
     with pytest.raises(ValueError, match="template_path"):
-        render_model_card(tiny_config(), RESULTS, REPO, template_path=tmp_path / "nope.md")
+        render_model_card(small_config(), RESULTS, REPO, template_path=tmp_path / "nope.md")
 
 
 def test_a_local_dataset_is_named_by_its_folder_or_as_multi30k_in_a_clone(tmp_path):
@@ -272,8 +273,8 @@ def test_final_and_averaged_cards_are_two_models_with_readable_training_tables()
     # A timed run plans its cool-down to end at update 5,883; the time limit stopped it at 5,860.
     results = {**RESULTS, "training": {**RESULTS["training"], "steps": 5860, "hyperparameters": hyperparameters}}
     results["dataset"] = {"name": "multi30k", "path": "../shared/data/multi30k", "train_pairs": 29000}
-    final = render_model_card(tiny_config(), {**results, "checkpoint_averaging": None})
-    averaged = render_model_card(tiny_config(), results)  # RESULTS averages 5 checkpoints
+    final = render_model_card(small_config(), {**results, "checkpoint_averaging": None})
+    averaged = render_model_card(small_config(), results)  # RESULTS averages 5 checkpoints
     assert final.data.model_name == "vanilla-transformer-en-de"
     assert averaged.data.model_name == "vanilla-transformer-en-de-averaged"
     titles = [next(line for line in card.content.splitlines() if line.startswith("# ")) for card in (final, averaged)]
@@ -285,7 +286,7 @@ def test_final_and_averaged_cards_are_two_models_with_readable_training_tables()
     )
     assert "bidirectional" not in text  # not used by the run: no row
     ended = {**results, "training": {**results["training"], "steps": 5883}}
-    assert "| cool-down updates | 4,730 to 5,883 |" in render_model_card(tiny_config(), ended).content
+    assert "| cool-down updates | 4,730 to 5,883 |" in render_model_card(small_config(), ended).content
     assert "[Multi30k](https://github.com/multi30k/dataset), English → German: 29,000 training sentence pairs." in text
     assert "[modeling_vanilla_transformer.py](modeling_vanilla_transformer.py)" in text
 

@@ -11,7 +11,7 @@ import warnings
 
 import pytest
 import torch
-from helpers import BLOCK_PACKAGE, subprocess_env
+from helpers import BLOCK_PACKAGE, TINY_SIZES, subprocess_env
 from safetensors import safe_open
 from safetensors.torch import save_file
 from transformers import MarianConfig, MarianMTModel
@@ -31,15 +31,14 @@ from vanilla_transformer.modeling_vanilla_transformer import (
 )
 
 
+# Two layers and four heads a side (the attention shapes asserted below count them); no dropout.
 TINY = dict(
+    TINY_SIZES,
     vocab_size=97,
-    d_model=32,
     encoder_layers=2,
     decoder_layers=2,
     encoder_attention_heads=4,
     decoder_attention_heads=4,
-    encoder_ffn_dim=64,
-    decoder_ffn_dim=64,
     dropout=0.0,
 )
 

@@ -18,7 +18,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from helpers import subprocess_env
+from helpers import TINY_SIZES, subprocess_env, tiny_options
 
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -74,7 +74,8 @@ def wheel(tmp_path_factory) -> Path:
 
 
 def test_wheel_holds_every_file_the_package_needs(wheel):
-    from vanilla_transformer import metrics, model_card
+    from vanilla_transformer.evaluation import bleu as metrics
+    from vanilla_transformer.hub import model_card
 
     names = set(zipfile.ZipFile(wheel).namelist())
     in_package = {name for name in names if name.startswith(f"{PACKAGE.name}/")}
@@ -88,7 +89,9 @@ def test_wheel_holds_every_file_the_package_needs(wheel):
     # The console command of the README.
     entry_points = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
     assert "vanilla-transformer = vanilla_transformer.cli:main" in entry_points
-    assert {f"vanilla_transformer/training/recipes/{p.name}" for p in (PACKAGE / "training" / "recipes").glob("*.json")} <= names
+    assert {
+        f"vanilla_transformer/training/recipes/{p.name}" for p in (PACKAGE / "training" / "recipes").glob("*.json")
+    } <= names
 
 
 def test_dependency_floors_are_versions_that_work():
@@ -113,6 +116,7 @@ def test_dependency_floors_are_versions_that_work():
 
 # Run by the fresh environment's interpreter, in an empty directory outside the repository: what train.py does after
 # training (save the model with its remote code and tokenizer, translate, score BLEU, write results and the card).
+# Its one argument is SCRIPT_SIZES as JSON.
 SCRIPT = textwrap.dedent(
     """
     import json, sys
@@ -130,8 +134,7 @@ SCRIPT = textwrap.dedent(
     targets = ["ein hund rennt im park", "ein mann fährt rad", "zwei kinder spielen"] * 20
     tokenizer = train_tokenizer(sources + targets, vocab_size=300)
     config = VanillaTransformerConfig(
-        vocab_size=len(tokenizer), d_model=16, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
-        decoder_attention_heads=2, encoder_ffn_dim=32, decoder_ffn_dim=32, pad_token_id=tokenizer.pad_token_id,
+        vocab_size=len(tokenizer), **json.loads(sys.argv[1]), pad_token_id=tokenizer.pad_token_id,
         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
         decoder_start_token_id=tokenizer.bos_token_id,
     )
@@ -154,6 +157,7 @@ SCRIPT = textwrap.dedent(
     }))
     """
 )
+SCRIPT_SIZES = dict(TINY_SIZES, d_model=16, encoder_ffn_dim=32, decoder_ffn_dim=32)
 
 
 @pytest.fixture(scope="module")
@@ -200,7 +204,12 @@ def test_installed_wheel_writes_a_model_card_outside_the_repository(fresh_env, t
     work.mkdir()
     env = subprocess_env(PYTHONPATH="")  # nothing from the checkout on the path
     result = subprocess.run(
-        [str(fresh_env), "-c", SCRIPT], cwd=work, env=env, capture_output=True, text=True, timeout=300
+        [str(fresh_env), "-c", SCRIPT, json.dumps(SCRIPT_SIZES)],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(result.stdout.strip().splitlines()[-1])
@@ -245,7 +254,7 @@ def test_installed_wheel_trains_with_a_shipped_preset_from_any_directory(fresh_e
         "5",
     ]
     options += ["--vocab_size", "600", "--eval_strategy", "no", "--report_to", "none", "--bf16", "false"]
-    options += ["--d_model", "32", "--layers", "1", "--heads", "2", "--ffn_dim", "64", "--average_last", "2"]
+    options += [*tiny_options(), "--average_last", "2"]
     result = subprocess.run(
         [str(command), "train", *options, "--output_dir", "run", "--plots", "false"],
         cwd=work,

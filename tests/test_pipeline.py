@@ -11,13 +11,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import BLOCK_PACKAGE, TINY_SIZES, read_multi30k, subprocess_env
+from helpers import BLOCK_PACKAGE, read_multi30k, subprocess_env, tiny_config
 from transformers import AutoModelForSeq2SeqLM, pipeline
 from transformers.dynamic_module_utils import get_imports, get_relative_imports
 from transformers.pipelines import clean_custom_task
 
 from vanilla_transformer import (
-    VanillaTransformerConfig,
     VanillaTransformerForConditionalGeneration,
     pipeline_vanilla_transformer,
 )
@@ -40,9 +39,8 @@ def tokenizer():
 
 def tiny_model(tokenizer, seed=0):
     torch.manual_seed(seed)
-    config = VanillaTransformerConfig(
+    config = tiny_config(
         vocab_size=len(tokenizer),
-        **TINY_SIZES,
         dropout=0.0,
         max_position_embeddings=64,
         # Untied: a random *tied* model keeps predicting the token whose embedding is closest to its last input,
@@ -214,13 +212,9 @@ def test_pipeline_and_translate_cut_inputs_alike(tokenizer, monkeypatch, positio
     from vanilla_transformer.translation.translate import translate
 
     torch.manual_seed(0)
-    config = VanillaTransformerConfig(
+    config = tiny_config(
         vocab_size=len(tokenizer),
         d_model=16,
-        encoder_layers=1,
-        decoder_layers=1,
-        encoder_attention_heads=2,
-        decoder_attention_heads=2,
         encoder_ffn_dim=32,
         decoder_ffn_dim=32,
         max_position_embeddings=24,

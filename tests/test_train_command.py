@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import read_multi30k, subprocess_env, write_multi30k_subset
+from helpers import read_multi30k, subprocess_env, tiny_options, write_multi30k_subset
 from safetensors.torch import load_file
 
 from vanilla_transformer.training import command as train
@@ -264,7 +264,7 @@ def test_the_readmes_own_data_command_runs_as_written(tmp_path, monkeypatch):
     argv = _readme_command(OWN_DATA)
     monkeypatch.chdir(tmp_path)
     _write_tables(argv, ("en", "de"), {"train": 300, "validation": 20, "test": 10})
-    tiny = ["--d_model", "32", "--layers", "1", "--heads", "2", "--ffn_dim", "64", "--vocab_size", "400"]
+    tiny = tiny_options(vocab_size=400)
     results = train.train([*argv, *tiny, "--max_steps", "2", "--report_to", "none", "--plots", "false"])
     assert (results["src_lang"], results["tgt_lang"]) == ("en", "cs")
     assert results["dataset"]["splits"] == {"train": "train", "validation": "dev", "test": "test"}
@@ -354,7 +354,7 @@ def test_a_run_stopped_inside_its_warm_up_says_so_last_and_its_card_says_it_is_n
     """Three updates of a 100-update warm-up: the run does what it was asked (exit status 0), and its last line, its
     results.json and its model card say that the model cannot translate, and which flags fix that."""
     options = ["--dataset", str(corpus), "--output_dir", "run", "--report_to", "none", "--plots", "false"]
-    tiny = ["--d_model", "32", "--layers", "1", "--heads", "2", "--ffn_dim", "64", "--vocab_size", "400"]
+    tiny = tiny_options(vocab_size=400)
     with caplog.at_level(logging.INFO):
         status, _ = _run_main(
             [*options, *tiny, "--max_steps", "3", "--warmup_steps", "100", "--average_last", "0"],

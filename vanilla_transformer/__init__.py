@@ -6,9 +6,9 @@ Importing the package registers the config and the models with `AutoConfig`, `Au
 `trust_remote_code=True` where this package is not installed.
 
 One exception: when the process is this package's own command line (`vanilla-transformer`, `python -m
-vanilla_transformer.cli` / `.train`, or the repository's `train.py`), registering (which imports torch and
-transformers, ~5 s) waits until a command runs, so that `--help` and argument errors answer at once. The classes are
-loaded on first use either way.
+vanilla_transformer.cli` / `.training.command`, or the repository's `train.py`), registering (which imports torch and
+transformers, seconds of start-up: `bench/cli_help_times.py`) waits until a command runs, so that `--help` and
+argument errors answer at once. The classes are loaded on first use either way.
 """
 
 import os

@@ -143,10 +143,9 @@ class TokenBatchSampler(torch.utils.data.Sampler[list[int]]):
     def _compose(self, src: np.ndarray, tgt: np.ndarray, sizes: np.ndarray) -> list[np.ndarray]:
         # Random order first, then two stable sorts: by `sizes` = max(src, tgt), the quantity the budget
         # is counted in, ties by source length. Pairs of equal lengths stay in random order, so which
-        # of them share a batch depends on the seed, not on their position in the corpus. (Sorting by
-        # source then target length, as fairseq does, leaves less source padding but fills the budget
-        # worse: on Multi30k at max_tokens=4000 it makes 129 batches of 3362 real tokens per side
-        # against 118 of 3676 here, with more padding in all: 6.8% against 5.0%.)
+        # of them share a batch depends on the seed, not on their position in the corpus. The key is the
+        # budget's own quantity: sorting by source then target length, as fairseq does, leaves less source
+        # padding but fills the budget worse (docs/performance.md, "What a training step does").
         order = np.random.default_rng(self.seed).permutation(len(src))
         order = order[np.argsort(src[order], kind="stable")]
         order = order[np.argsort(sizes[order], kind="stable")]

@@ -160,10 +160,10 @@ def split_batch(
     mask = batch["attention_mask"].cpu().bool() if "attention_mask" in batch else input_ids != pad_token_id
     sources = [row[keep].tolist() for row, keep in zip(input_ids, mask)]
     targets = [row[row != -100].tolist() for row in labels]
-    # A batch's sentences have nearly the same length (batching.TokenBatchSampler groups them): split freely, the
-    # longest of them would set the padded width (p=0.1 on Multi30k: 10% more tokens, 37% more padded cost). So a
-    # sentence whose split is longer than (1 + p) x the batch's width on its side stays whole (then: 7% more tokens,
-    # 13% more padded cost; bench/multi30k_search.md).
+    # A batch's sentences have nearly the same length (batching.TokenBatchSampler groups them, section 5.1): split
+    # freely, the longest split of them would set the padded width of the whole batch. So a sentence whose split is
+    # longer than (1 + p) x the batch's width on its side stays whole, and the padded width grows by at most a
+    # fraction p (docs/model.md, `--subword_split`, has the cost on Multi30k).
     limits = []
     for side in (sources, targets):
         width = math.ceil(max(map(len, side), default=0) * (1 + p))

@@ -777,9 +777,9 @@ def parse_args(argv: list[str] | None = None, train_pairs: int | None = None):
             training_args.warmup_steps = fitted
             training_args.warmup_fitted = {"warmup_steps": [warmup, fitted]}
             if "lr_factor" not in on_command_line:
-                # The same peak after the shorter warm-up: the paper's schedule peaks at lr_factor * (d_model *
-                # warmup_steps)^-0.5, and the Multi30k search found this model worse with a higher peak (a warm-up
-                # of 400 instead of 800 at the same factor: 26.45 against 31.74 validation BLEU at 2,000 updates).
+                # The same peak after the shorter warm-up: section 5.3's schedule peaks at lr_factor * (d_model *
+                # warmup_steps)^-0.5, and a higher peak trained this model worse (bench/multi30k_search.md, the run
+                # with a warm-up of 400 instead of 800 at the same factor).
                 factor = round(training_args.lr_factor * math.sqrt(fitted / warmup), 6)
                 training_args.warmup_fitted["lr_factor"] = [training_args.lr_factor, factor]
                 training_args.lr_factor = factor

@@ -85,11 +85,11 @@ def not_learned(trainer, test_bleu: dict | None) -> list[str]:
     learning-rate warm-up (the rate never reached its peak), or a BLEU it measured at its end is below MIN_BLEU (the
     last validation BLEU of the run, the model's test BLEU). The line says what happened and which flag fixes it.
 
-    Why MIN_BLEU = 1: BLEU is the geometric mean of the 1- to 4-gram precisions, so below 1 hardly any 3- and 4-grams
-    of the references appear in the output: repetitions of frequent words, not translations (the run of issue 45,
-    333 updates inside a 4,000-update warm-up, scored 0.30). A small model that has started to learn clears it well
-    inside its first hour (Multi30k: ~28 validation BLEU after 2,000 updates, bench/multi30k_search.md), and so does
-    a hard pair or domain where it is weak, so the line does not call a weak model useless."""
+    Why MIN_BLEU = 1: BLEU (the paper's measure, section 6.1) is the geometric mean of the 1- to 4-gram precisions, so
+    below 1 hardly any 3- and 4-grams of the references appear in the output: repetitions of frequent words, not
+    translations. A small model that has started to learn clears it well inside its first hour, and so does a hard
+    pair or domain where it is weak, so the line does not call a weak model useless (docs/training.md, "A run that
+    cannot have learned says so", has an example and Multi30k's scores)."""
     state, args = trainer.state, trainer.args
     steps = state.global_step
     warmup = getattr(trainer.lr_scheduler, "warmup_steps", None)  # the paper's schedule's (NoamLR)
@@ -122,10 +122,10 @@ def not_learned(trainer, test_bleu: dict | None) -> list[str]:
 
 def keep_checkpoints(out_dir: Path, run_args: RunArguments, trainer) -> None:
     """`--keep_checkpoints`, once the run's models are written and scored: a checkpoint is three times its model's
-    size (the weights, Adam's two moments), and the Multi30k preset's hour leaves 20 of them (1.8 GB for a 30 MB
-    model). `averaged` keeps the newest whole (a resume needs it) and the weights of the averaged checkpoints (or of
-    those `--average_last` would take, in a run without a test split) and of the best one; `last` the newest only;
-    `all` everything the Trainer's `save_total_limit` left."""
+    size (the weights, Adam's two moments), and a run keeps up to `save_total_limit` of them. `averaged` keeps the
+    newest whole (a resume needs it) and the weights of the averaged checkpoints (or of those `--average_last` would
+    take, in a run without a test split) and of the best one; `last` the newest only; `all` everything the Trainer's
+    `save_total_limit` left (docs/training.md, "What a finished run keeps of its checkpoints", has what each leaves)."""
     if run_args.keep_checkpoints == "all":
         return
     keep = []
@@ -317,8 +317,8 @@ def hyperparameters(trainer) -> dict:
 
 def describe_hardware() -> str:
     """The machine as its speed depends on it, for results.json and the card: the CPU's name, the instruction set
-    torch's kernels use and its bfloat16 units (tokens per second differ ~2x between two AVX512_BF16 CPUs: Zen 4's
-    bfloat16 GEMMs run half as fast per core as another EPYC's), cores and threads, and the GPU."""
+    torch's kernels use and its bfloat16 units (two CPUs with the same units can differ twofold in tokens per second:
+    docs/performance.md, "Machines"), cores and threads, and the GPU."""
     cpu = ", ".join([platform.machine(), torch.backends.cpu.get_cpu_capability(), *cpu_bfloat16_units()])
     text = f"{cpu_model_name()} ({cpu}), {os.cpu_count()} CPU cores, torch threads {torch.get_num_threads()}"
     return text + (f", {torch.cuda.get_device_name()}" if torch.cuda.is_available() else "")
@@ -342,11 +342,10 @@ def average_last_checkpoints(out_dir: Path, k: int, tokenizer, device, after: in
     (the averaged model, the checkpoints' names), or None without such checkpoints.
 
     Why only the cool-down: checkpoints are written every `save_steps` updates, but a timed run's updates depend on
-    the machine (about 9,500 in the Multi30k preset's hour with bf16 on one AVX512_BF16 CPU, about 2,800 with the same
-    options in float32 on an AVX2-only CPU). The last 10 checkpoints, 300 updates apart, were the last 28% of the former run and almost all of
-    the latter, whose average then held half-trained models (validation BLEU 27.8 against 34.7 for the final model).
-    The cool-down is the same fraction of every run, and the paper averages the last checkpoints of a run (section
-    6.1), not checkpoints from its start."""
+    the machine, several times fewer on a slow one, where the last `k` checkpoints reach back into the half-trained
+    start of the run and their average scores below the final model (bench/multi30k_search.md, the
+    `multi30k_en_de_small_avx2` run). The cool-down is the same fraction of every run, and the paper averages the last
+    checkpoints of a run (section 6.1), not checkpoints from its start."""
     checkpoints = checkpoints_to_average(out_dir, k, after)  # never one whose save did not finish
     window = f" written after update {after} (the learning-rate cool-down)" if after is not None else ""
     if not checkpoints:

@@ -1,9 +1,10 @@
 """Export a trained model to CTranslate2, and translate with the exported model.
 
 CTranslate2 is the inference engine that OpenNMT, Argos Translate / LibreTranslate and Opus-MT deployments serve
-translation models with; on a CPU it decodes the same weights about twice as fast as `model.generate`. Its bundled
-converters know Marian, BART, ... but not this package, so the model is written here through CTranslate2's own
-specification API (`ctranslate2.specs.TransformerSpec` and a `ctranslate2.converters.Converter`):
+translation models with; on a CPU it decodes the same weights faster than `model.generate` (docs/performance.md,
+"CTranslate2"). Its bundled converters know Marian, BART, ... but not this package, so the model is written here
+through CTranslate2's own specification API (`ctranslate2.specs.TransformerSpec` and a
+`ctranslate2.converters.Converter`):
 
     vanilla-transformer export ctranslate2 runs/en-de runs/en-de-ct2 [--quantization int8]
     vanilla-transformer translate --engine ctranslate2 --model runs/en-de-ct2 < test.en > test.de
@@ -91,7 +92,7 @@ def import_ctranslate2():
     """`import ctranslate2`, binding it to its own OpenMP runtime even when torch was imported first.
 
     The ctranslate2 wheel links its own libgomp; torch loads its libgomp with global symbols. Loaded after torch,
-    CTranslate2's OpenMP calls resolve to torch's runtime, and both engines were measured slower. `RTLD_DEEPBIND`
+    CTranslate2's OpenMP calls resolve to torch's runtime, and both engines run slower. `RTLD_DEEPBIND`
     makes the extension resolve its symbols in its own dependencies first, as when it is imported before torch.
     """
     if "ctranslate2" in sys.modules:

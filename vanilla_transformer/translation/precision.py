@@ -3,9 +3,9 @@
 bfloat16 is "native" where the hardware multiplies bfloat16 matrices itself:
 - a CUDA GPU that reports bfloat16 support without emulation (Ampere and later);
 - a CPU with AVX512_BF16 (e.g. AMD Zen 4, Intel Cooper Lake) or AMX tiles (Intel Sapphire Rapids and later): oneDNN's
-  bfloat16 GEMMs there run ~2.3x (AMD Zen 4, which splits 512-bit instructions in two) to ~4.6x the float32 ones
-  (bench/machine_peak.py measures it). Without either, torch emulates bfloat16 by converting to float32, which is
-  slower than float32 itself.
+  bfloat16 GEMMs there run several times as fast as the float32 ones (docs/performance.md, "Machines";
+  bench/machine_peak.py measures a machine). Without either, torch emulates bfloat16 by converting to float32, which
+  is slower than float32 itself.
 Used by the trainer (`bf16="auto"`), by `vanilla-transformer translate --dtype auto` and by the benchmarks.
 """
 
@@ -76,10 +76,9 @@ def resolve_dtype(name: str, device: str | torch.device) -> tuple[torch.dtype, s
 def fast_attention_implementation(device: str | torch.device, dtype: torch.dtype) -> str | None:
     """The attention implementation to use for bfloat16 on `device` when it differs from the default (sdpa), else None.
 
-    On a CPU, torch's SDPA kernel in bfloat16 is slow at translation lengths (measured with torch 2.13, 4 heads of 64,
-    10-64 tokens, one thread: backward 3-5x the eager attention's, forward also slower while decoding), while the
-    eager attention (two bfloat16 matmuls and a float32 softmax) is the fastest path in both training and generation.
-    On a GPU, SDPA's fused kernels are the fast path."""
+    On a CPU, torch's SDPA kernel in bfloat16 is slower at translation lengths than the eager attention (two bfloat16
+    matmuls and a float32 softmax), in both training and generation (docs/performance.md, "What a training step
+    does", has the timings). On a GPU, SDPA's fused kernels are the fast path."""
     if torch.device(device).type == "cpu" and dtype == torch.bfloat16:
         return "eager"
     return None

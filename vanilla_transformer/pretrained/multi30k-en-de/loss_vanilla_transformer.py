@@ -7,11 +7,11 @@ checkpoint with the model code: like the modeling file it imports only torch.
 import torch
 
 
-# Rows of logits whose float32 copy one step of the eager loss works on (CPU: 2^20 values, 4 MB). The loss needs the
-# logits in float32; a float32 copy of all of them ([tokens, vocab], e.g. 1664 x 8000 = 53 MB) is, on a CPU, an
-# allocation that glibc serves with fresh pages (mmap) at every step, and faulting them in cost more than the
-# arithmetic (measured: 125 ms -> 35 ms per loss forward+backward for the `small` preset, bf16 logits, one thread).
-# On an accelerator, chunks only bound the memory of the float32 temporaries.
+# How many logits (rows x vocabulary) one step of the eager loss copies to float32 at a time: 2^20 (4 MB) on a CPU.
+# The loss is computed in float32 (section 5.4's smoothing term sums small probabilities); a float32 copy of all the
+# logits of a batch ([tokens, vocab], tens of MB) would be fresh memory at every step, which on a CPU costs more to
+# obtain than the arithmetic done in it, while a small chunk is reused. On an accelerator, chunks only bound the memory
+# of the float32 temporaries. docs/performance.md ("The loss in the model") has the timings.
 _LOSS_CHUNK_VALUES = {"cpu": 2**20}
 _LOSS_CHUNK_VALUES_DEFAULT = 2**26
 
