@@ -10,8 +10,8 @@ import sacrebleu
 from helpers import read_multi30k
 from transformers import EvalPrediction
 
-from vanilla_transformer.evaluation import bleu as metrics
 from vanilla_transformer.data.tokenizer import train_tokenizer
+from vanilla_transformer.evaluation import bleu as metrics
 from vanilla_transformer.evaluation.bleu import compute_bleu, make_compute_metrics
 
 
