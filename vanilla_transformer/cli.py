@@ -581,7 +581,7 @@ def _display_name(model: str) -> str:
 
 
 def cmd_demo(args) -> int:
-    """The web page (vanilla_transformer/demo.py, docs/demo.md), or with --write-space a Space that runs it."""
+    """The web page (vanilla_transformer/demo/, docs/demo.md), or with --write-space a Space that runs it."""
     decoding = decoding_options(args)  # the page's "model default" decoding, and its controls' first values
     if not 0 <= args.port <= 65535:
         raise ValueError(f"--port must be between 0 and 65535 (0: the first free one from 7860 up), got {args.port}.")
@@ -610,7 +610,7 @@ def cmd_demo(args) -> int:
     try:
         import gradio  # noqa: F401
     except ImportError:
-        # demo.DEMO_HINT's words (demo.py is not imported here: it loads torch)
+        # demo.DEMO_HINT's words (the demo package is not imported here: it loads torch)
         raise ValueError(
             "the demo needs gradio: install the demo extra: pip install '.[demo]' in the vanilla-transformer clone "
             "(or pip install gradio)"

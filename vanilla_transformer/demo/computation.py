@@ -38,7 +38,7 @@ from pathlib import Path
 import torch
 from transformers import LogitsProcessor, LogitsProcessorList
 
-from .attention_figures import CONTINUATION, AttentionWeights, attention_weights, token_labels
+from ..attention_figures import CONTINUATION, AttentionWeights, attention_weights, token_labels
 
 
 logger = logging.getLogger(__name__)
