@@ -521,12 +521,12 @@ def test_the_space_installs_the_package_from_its_repository(capsys, tmp_path, mo
     """The package is not on PyPI: the Space's requirement is a git URL of the repository that the package's metadata
     records (pyproject.toml's [project.urls] Repository), or --requirement; with neither, a one-line error and
     nothing written."""
-    monkeypatch.setattr(demo.computation, "repository_url", lambda: None)
+    monkeypatch.setattr(demo.space, "repository_url", lambda: None)
     assert main(["demo", "--model", "a/b", "--write-space", str(tmp_path / "none")]) == 2
     error = capsys.readouterr().err
     assert error.count("\n") == 1 and "--write-space needs --requirement" in error
     assert not (tmp_path / "none").exists()
-    monkeypatch.setattr(demo.computation, "repository_url", lambda: "https://github.com/someone/vanilla-transformer")
+    monkeypatch.setattr(demo.space, "repository_url", lambda: "https://github.com/someone/vanilla-transformer")
     assert main(["demo", "--model", "a/b", "--write-space", str(tmp_path / "url")]) == 0
     requirements = (tmp_path / "url" / "requirements.txt").read_text().splitlines()
     assert requirements[0] == "vanilla-transformer[demo] @ git+https://github.com/someone/vanilla-transformer"
