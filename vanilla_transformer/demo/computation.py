@@ -143,7 +143,10 @@ def decoding_steps(
     ranked and the top 2 x beams (per end token) taken, as `generate` does; each is marked kept (a running beam at
     step t + 1), ended (it ends with `</s>` among the best `beams`, or at the length limit) or dropped (also the
     live ones of the last step when the search stopped because no running beam could beat the ended ones). The
-    cumulative scores are summed in `generate`'s own order, so they are its numbers, not an approximation.
+    cumulative scores are summed in `generate`'s own order, so they are its numbers, not an approximation; the
+    returned hypothesis is the candidate that `generate`'s `beam_indices` lead to.
+    Why the ranking is redone here: `generate` returns each step's log-probs and the returned hypothesis'
+    `beam_indices`, but not the running beams' cumulative scores nor the candidates it kept and dropped.
     One hypothesis (greedy, sampling): at each step the chosen token and the 4 most likely others.
     """
     final = generation.sequences[0].tolist()
@@ -173,9 +176,12 @@ def decoding_steps(
     vocab = scores[0].shape[-1]
     keep = max(2, 1 + len(eos_token_ids)) * beams  # generate's `beams_to_keep`
     length_limited = not any(t in eos_token_ids for t in final[1:])  # the search ended at its length limit
+    # The returned hypothesis: the running beam each of its tokens came from (-1 past its end), so its last token is
+    # the candidate (that beam, that token) of the step it ended at.
+    origins = [int(i) % beams for i in generation.beam_indices[0].tolist() if i >= 0]
+    returned = (len(origins) - 1, origins[-1], final[len(origins)]) if origins else None
     running = torch.full((beams,), -1.0e9)
     running[0] = 0.0  # generate starts with one live beam (the others are copies, scored -1e9)
-    final_ids = tuple(t for t in final[1:] if t not in eos_token_ids)
     steps = []
     for t, step_scores in enumerate(scores):
         sequences = recorder.running[t]
@@ -187,14 +193,13 @@ def decoding_steps(
         candidates, next_running = [], {}
         for rank, (parent, token, value) in enumerate(zip(parents, tokens, top.tolist())):
             ids = sequences[parent, 1:].tolist() + [token]
-            candidate = Candidate(_tail(labels, ids), len(ids), value, "dropped")
+            candidate = Candidate(_tail(labels, ids), len(ids), value, "dropped", final=(t, parent, token) == returned)
             if tuple(ids) in following:
                 candidate.status = "kept"
                 next_running[tuple(ids)] = top[rank]
             elif (rank < beams or gnmt) and (token in eos_token_ids or (last and length_limited)):
                 candidate.status = "ended"
                 candidate.score = value / (((5 + t + 1) / 6 if gnmt else t + 1) ** length_penalty)
-                candidate.final = tuple(i for i in ids if i not in eos_token_ids) == final_ids
             candidates.append(candidate)
         steps.append(Step(t, candidates))
         if not last:
