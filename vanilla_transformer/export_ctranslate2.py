@@ -397,6 +397,8 @@ class CTranslate2Model:
         `generate`'s `sequences_scores` (sum of log-probabilities / length ** length_penalty, `</s>` counted; None
         for greedy search). `progress`: a tqdm bar to update, or None. `length_penalty`: alpha instead of the
         exported one (CTranslate2's length ** alpha form)."""
+        from .pipeline_vanilla_transformer import fit_source  # the rule `translate` truncates by
+
         beams = self.settings["num_beams"] if num_beams is None else num_beams
         lp = self.settings["length_penalty"] if length_penalty is None else float(length_penalty)
         if beams < 1:
@@ -410,11 +412,9 @@ class CTranslate2Model:
                 f"got {max_new_tokens}."
             )
         for ids in sources:
-            if not 1 <= len(ids) <= self.settings["source_limit"]:
-                raise ValueError(
-                    f"a source has {len(ids)} tokens; the export takes 1 to "
-                    f"{self.settings['source_limit']}: truncate it (translate_ctranslate2 does)."
-                )
+            if not ids:
+                raise ValueError("a source has no tokens; the export takes 1 or more (its </s> at least).")
+            fit_source(ids, self.settings["source_limit"], subject="A source", truncate=False)
         offset = self.settings["source_length_offset"]
         results, scores = [None] * len(sources), [None] * len(sources)
 

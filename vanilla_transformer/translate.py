@@ -13,6 +13,8 @@ from collections.abc import Callable, Sequence
 import torch
 from tqdm.auto import tqdm
 
+from .pipeline_vanilla_transformer import fit_source
+
 
 logger = logging.getLogger(__name__)
 
@@ -24,22 +26,16 @@ def encode_sources(
     (`export_ctranslate2.translate_ctranslate2`) give the model. `encode` maps texts to ids (`</s>` appended).
 
     Each sentence is encoded without its outer whitespace, as `train.py` trains on it (`data.tokenize_corpus`
-    strips it). One longer than `limit` tokens (None: no limit) is truncated to that many, its closing `</s>` kept,
-    with a warning naming its line (counting from 1, as in the input file).
+    strips it). One longer than `limit` tokens (None: no limit) is truncated to that many, its closing `</s>` kept
+    (`fit_source`, the pipeline's and the demo's rule too), with a warning naming its line (counting from 1, as in
+    the input file).
     """
     todo = [i for i, s in enumerate(sentences) if s.strip()]
     encoded = {}
     for i, ids in zip(todo, encode([sentences[i].strip() for i in todo]) if todo else []):
-        if limit is not None and len(ids) > limit:
-            logger.warning(
-                "Line %d has %d tokens; the model takes %d: it is truncated to its first %d tokens.",
-                i + 1,
-                len(ids),
-                limit,
-                limit,
-            )
-            ids = ids[: limit - 1] + ids[-1:]  # keep the closing </s>, as the tokenizer's own truncation does
-        encoded[i] = ids
+        encoded[i], message = fit_source(ids, limit, subject=f"Line {i + 1}")
+        if message:
+            logger.warning("%s", message)
     return encoded
 
 

@@ -13,6 +13,7 @@ import torch
 from transformers import LogitsProcessor, LogitsProcessorList
 
 from ..attention_figures import CONTINUATION, AttentionWeights, attention_weights, token_labels
+from ..pipeline_vanilla_transformer import fit_source
 
 
 MAX_CHARACTERS = 100_000  # a paste is cut here before it is tokenized at all
@@ -27,7 +28,8 @@ SPECIAL = ("</s>", "<s>", "<pad>", "<unk>")
 def prepare_source(text: str, tokenizer, limit: int | None) -> tuple[str, str]:
     """(the sentence to translate, a notice for the visitor): outer whitespace removed, and a text longer than the
     model takes (`limit` tokens with `</s>`, the config's `input_length_limit`) cut at a token boundary so that it
-    fits, as `translate` truncates a long line. The notice is "" when nothing was cut."""
+    fits, by the rule `translate` and the pipeline cut a long line with (`fit_source`). The notice is "" when nothing
+    was cut."""
     text = (text or "").strip()
     notice = ""
     if len(text) > MAX_CHARACTERS:
@@ -36,23 +38,19 @@ def prepare_source(text: str, tokenizer, limit: int | None) -> tuple[str, str]:
     if not text or limit is None:
         return text, notice
     encoding = tokenizer(text, return_offsets_mapping=True, verbose=False)
-    total = len(encoding["input_ids"])
-    if total <= limit:
+    ids, message = fit_source(encoding["input_ids"], limit, subject="The text")
+    if not message:
         return text, notice
+    # The page shows and translates text, so the kept tokens are mapped back to the text they came from.
     offsets = encoding["offset_mapping"]
-    keep = limit - 1  # tokens before </s>
+    keep = len(ids) - 1  # tokens before </s>
     cut = text
     while keep > 0:
         cut = text[: offsets[keep - 1][1]].rstrip()
         if len(tokenizer(cut, verbose=False)["input_ids"]) <= limit:
             break
         keep -= 1  # a cut that tokenizes into more pieces than before: one piece fewer
-    words = len(cut.split())
-    notice = (
-        f"The text has {total:,} tokens but the model takes at most {limit}: only its first {words:,} words "
-        f"(up to \u201c{cut[-40:]}\u201d) were translated."
-    )
-    return cut, notice
+    return cut, f"{message} Translated: its first {len(cut.split()):,} words (up to \u201c{cut[-40:]}\u201d)."
 
 
 @dataclass

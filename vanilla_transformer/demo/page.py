@@ -44,7 +44,8 @@ def translate_for_page(
     model, tokenizer, text, mode, num_beams, length_penalty, temperature, top_k, top_p, seed, layer
 ):
     """The page's handler: (translation, notice, cross, encoder, decoder, steps, alignment HTML, weights). Never
-    raises for what a visitor can type or choose: a bad choice or an unexpected failure becomes the notice."""
+    raises for what a visitor can type or choose: a bad choice or an unexpected failure becomes the notice. The
+    notice is Markdown on the page, so its "<" and "&" (of "</s>", of the visitor's text it quotes) are escaped."""
     empty = ("", "", "", "", "", "", "", None)
     try:
         decoding = Decoding(
@@ -58,15 +59,16 @@ def translate_for_page(
         )
         result = run_translation(model, tokenizer, text if isinstance(text, str) else "", decoding)
     except ValueError as error:
-        return ("", f"\u26a0 {error}", *empty[2:])
+        return ("", html.escape(f"\u26a0 {error}", quote=False), *empty[2:])
     except Exception:  # the server must answer, whatever happened: the visitor sees one line, the log the rest
         logger.exception("The demo failed to translate %r", (text or "")[:200])
         return ("", "\u26a0 The translation failed (an internal error, logged on the server).", *empty[2:])
+    notice = html.escape(result.notice, quote=False)
     if result.weights is None:
-        return (result.translation, result.notice, *empty[2:])
+        return (result.translation, notice, *empty[2:])
     return (
         result.translation,
-        result.notice,
+        notice,
         attention_html(result.weights, "cross"),
         attention_html(result.weights, "encoder"),
         attention_html(result.weights, "decoder"),
