@@ -14,10 +14,14 @@ from transformers import LogitsProcessor, LogitsProcessorList
 
 from ..attention_figures import CONTINUATION, AttentionWeights, attention_weights, token_labels
 from ..pipeline_vanilla_transformer import fit_source
+from ..translate import check_decoding
 
 
 MAX_CHARACTERS = 100_000  # a paste is cut here before it is tokenized at all
 DECODINGS = ("model default", "greedy", "beam search", "sampling")
+MAX_BEAMS = 64  # the widest beam a visitor may ask for
+# The decoding options as the page names them in its messages (check_decoding's `names`).
+OPTION_NAMES = {"num_beams": "beam size", "temperature": "temperature", "top_p": "top-p"}
 TAIL = 30  # a hypothesis is labelled by its last TAIL tokens (a long one would make megabytes of HTML)
 SPECIAL = ("</s>", "<s>", "<pad>", "<unk>")
 
@@ -74,14 +78,9 @@ class Decoding:
         if self.mode == "greedy":
             return {"num_beams": 1, "do_sample": False}
         if self.mode == "beam search":
-            beams = int(self.num_beams)
-            if not 1 <= beams <= 64:
-                raise ValueError(f"beam size must be between 1 and 64, got {self.num_beams}.")
-            return {"num_beams": beams, "length_penalty": float(self.length_penalty), "do_sample": False}
-        if not self.temperature > 0:
-            raise ValueError(f"temperature must be above 0, got {self.temperature}.")
-        if not 0 < self.top_p <= 1:
-            raise ValueError(f"top-p must be in (0, 1], got {self.top_p}.")
+            check_decoding(num_beams=self.num_beams, max_beams=MAX_BEAMS, names=OPTION_NAMES)
+            return {"num_beams": int(self.num_beams), "length_penalty": float(self.length_penalty), "do_sample": False}
+        check_decoding(temperature=self.temperature, top_p=self.top_p, names=OPTION_NAMES)
         return {
             "num_beams": 1,
             "do_sample": True,
