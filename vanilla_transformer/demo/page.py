@@ -9,7 +9,7 @@ import html
 import logging
 import os
 
-from .computation import DECODINGS, Decoding, alignment_layer, run_translation, vocabulary_difference
+from .computation import DECODINGS, Decoding, alignment_layer, check_same_vocabulary, run_translation
 from .views import DEMO_CSS, alignment_html, attention_html, steps_html
 
 
@@ -103,17 +103,12 @@ def build_demo(model, tokenizer, *, model_name: str = "model", compare: tuple | 
     `compare=(model_b, tokenizer_b, name_b)`: the page translates with both models (each with its own generation
     config by default; the decoding controls apply to both) and shows the two translations and, in every view, the
     two models' views side by side, each column headed by its model's name. `tokenizer_b` must have `tokenizer`'s
-    vocabulary (ValueError otherwise)."""
+    vocabulary (VocabularyMismatch, a ValueError, otherwise: the one check of the two, the command line's too)."""
     gr = import_gradio()
     sides = [(model, tokenizer, model_name)]
     if compare is not None:
         model_b, tokenizer_b, name_b = compare
-        difference = vocabulary_difference(tokenizer, tokenizer_b)
-        if difference:
-            raise ValueError(
-                f"the model to compare, {name_b!r}, has another vocabulary than {model_name!r} ({difference}): "
-                "both must read the visitor's sentence as the same tokens."
-            )
+        check_same_vocabulary(tokenizer, tokenizer_b, model_name, name_b)
         sides.append((model_b, tokenizer_b, name_b))
     for side, _, _ in sides:
         if side.config._attn_implementation != "eager":
