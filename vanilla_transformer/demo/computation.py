@@ -142,8 +142,7 @@ def decoding_steps(
     live ones of the last step when the search stopped because no running beam could beat the ended ones). The
     cumulative scores are summed in `generate`'s own order, so they are its numbers, not an approximation; the
     returned hypothesis is the candidate that `generate`'s `beam_indices` lead to.
-    Why the ranking is redone here: `generate` returns each step's log-probs and the returned hypothesis'
-    `beam_indices`, but not the running beams' cumulative scores nor the candidates it kept and dropped.
+    Why the ranking is redone here: `generate` returns neither the running beams' scores nor the candidates it dropped.
     One hypothesis (greedy, sampling): at each step the chosen token and the 4 most likely others.
     """
     final = generation.sequences[0].tolist()

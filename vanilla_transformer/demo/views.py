@@ -76,7 +76,7 @@ def attention_html(weights: AttentionWeights, kind: str) -> str:
         tensor = tensor[:, :, :SHOWN_TOKENS, :SHOWN_TOKENS]
 
     def panel(layer: int, head, matrix) -> dict:
-        cells = [[(shade(w), weight(w), column) for w, column in zip(values, columns)] for values in matrix.tolist()]
+        cells = [[(shade(w), weight(w)) for w in values] for values in matrix.tolist()]
         caption = f"layer {layer}, {'mean of heads' if head == 'mean' else f'head {head}'}"
         return {"layer": layer, "head": head, "caption": caption, "rows": list(zip(rows, cells))}
 
