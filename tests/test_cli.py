@@ -172,7 +172,8 @@ def test_overlong_line_is_truncated_with_a_warning_not_dropped(checkpoint, lines
     assert got == expected(model, tokenizer, [lines[1], long_line, lines[2]], num_beams=1)
     assert got[1]
     messages = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
-    assert f"Line 2 has {n_tokens} tokens; the model takes {MAX_LENGTH}" in " ".join(messages), messages
+    warning = f"Line 2 has {n_tokens} tokens (</s> included) but the model takes at most {MAX_LENGTH}"
+    assert warning in " ".join(messages), messages
 
 
 def test_outer_whitespace_is_translated_as_training_saw_it(checkpoint, lines, tmp_path):

@@ -1,4 +1,4 @@
-"""The web demo (vanilla_transformer/demo.py): its numbers are `attention_weights`' and its beam steps `generate`'s;
+"""The web demo (vanilla_transformer/demo/): its numbers are `attention_weights`' and its beam steps `generate`'s;
 the page answers bad and hostile input and 20 visitors at once through its HTTP API (gradio_client against a server
 on 127.0.0.1); a headless Chromium shows the same numbers and asks no other host for anything; the Space it writes
 builds; the command line checks its options first. With a second model (`--compare`) the page shows each model's own
@@ -521,12 +521,12 @@ def test_the_space_installs_the_package_from_its_repository(capsys, tmp_path, mo
     """The package is not on PyPI: the Space's requirement is a git URL of the repository that the package's metadata
     records (pyproject.toml's [project.urls] Repository), or --requirement; with neither, a one-line error and
     nothing written."""
-    monkeypatch.setattr(demo, "repository_url", lambda: None)
+    monkeypatch.setattr(demo.space, "repository_url", lambda: None)
     assert main(["demo", "--model", "a/b", "--write-space", str(tmp_path / "none")]) == 2
     error = capsys.readouterr().err
     assert error.count("\n") == 1 and "--write-space needs --requirement" in error
     assert not (tmp_path / "none").exists()
-    monkeypatch.setattr(demo, "repository_url", lambda: "https://github.com/someone/vanilla-transformer")
+    monkeypatch.setattr(demo.space, "repository_url", lambda: "https://github.com/someone/vanilla-transformer")
     assert main(["demo", "--model", "a/b", "--write-space", str(tmp_path / "url")]) == 0
     requirements = (tmp_path / "url" / "requirements.txt").read_text().splitlines()
     assert requirements[0] == "vanilla-transformer[demo] @ git+https://github.com/someone/vanilla-transformer"
@@ -556,4 +556,4 @@ def test_cli_checks_options_before_loading(capsys, tmp_path, monkeypatch):
     (model_dir / "tokenizer.json").write_text("{}")
     assert main(["demo", "--model", str(model_dir)]) == 2
     error = capsys.readouterr().err
-    assert error.count("\n") == 1 and demo.DEMO_HINT in error  # the cli says it in demo.py's words
+    assert error.count("\n") == 1 and demo.DEMO_HINT in error  # the cli says it in the demo's words

@@ -581,7 +581,7 @@ def _display_name(model: str) -> str:
 
 
 def cmd_demo(args) -> int:
-    """The web page (vanilla_transformer/demo.py, docs/demo.md), or with --write-space a Space that runs it."""
+    """The web page (vanilla_transformer/demo/, docs/demo.md), or with --write-space a Space that runs it."""
     decoding = decoding_options(args)  # the page's "model default" decoding, and its controls' first values
     if not 0 <= args.port <= 65535:
         raise ValueError(f"--port must be between 0 and 65535 (0: the first free one from 7860 up), got {args.port}.")
@@ -610,12 +610,12 @@ def cmd_demo(args) -> int:
     try:
         import gradio  # noqa: F401
     except ImportError:
-        # demo.DEMO_HINT's words (demo.py is not imported here: it loads torch)
+        # demo.DEMO_HINT's words (the demo package is not imported here: it loads torch)
         raise ValueError(
             "the demo needs gradio: install the demo extra: pip install '.[demo]' in the vanilla-transformer clone "
             "(or pip install gradio)"
         ) from None
-    from .demo import build_demo, launch_demo, vocabulary_difference
+    from .demo import VocabularyMismatch, build_demo, launch_demo
     from .translation.loading import load_model
 
     options = dict(revision=args.revision, device=args.device, trust_remote_code=args.trust_remote_code)
@@ -625,14 +625,14 @@ def cmd_demo(args) -> int:
     if args.compare is not None:
         model_b, tokenizer_b = load_model(args.compare, **options)
         apply_decoding(model_b.generation_config, decoding)
-        difference = vocabulary_difference(tokenizer, tokenizer_b)
-        if difference:
-            raise ValueError(
-                f"--compare {args.compare!r} has another vocabulary than --model {args.model!r} ({difference}): the "
-                "two models must share one tokenizer to translate the same tokens."
-            )
         compare = (model_b, tokenizer_b, _display_name(args.compare))
-    blocks = build_demo(model, tokenizer, model_name=_display_name(args.model), compare=compare)
+    try:
+        blocks = build_demo(model, tokenizer, model_name=_display_name(args.model), compare=compare)
+    except VocabularyMismatch as mismatch:  # build_demo's check (the only one), told in the command's options
+        raise ValueError(
+            f"--compare {args.compare!r} has another vocabulary than --model {args.model!r} ({mismatch.difference}): "
+            "the two models must share one tokenizer to translate the same tokens."
+        ) from None
     launch_demo(blocks, host=args.host, port=args.port or None, share=args.share)
     return 0
 

@@ -151,7 +151,7 @@ class VanillaTransformerConfig(PretrainedConfig):
         `max_position_embeddings` is still the longest input the model is configured for: longer ones are given to it
         only when asked (the pipeline's `max_input_length=` or `truncation=False`). A method of the config, which
         every checkpoint ships, so that the pipeline file (remote code importing nothing of this package) and the
-        package's modules read the one rule.
+        package's modules read the one rule. What is done with a longer input is the pipeline file's `fit_source`.
         """
         limits = [self.max_position_embeddings]
         tokenizer_limit = getattr(tokenizer, "model_max_length", None)

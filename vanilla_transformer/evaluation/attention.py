@@ -73,7 +73,7 @@ class AttentionWeights:
     decoder: torch.Tensor
     cross: torch.Tensor
     # `generate`'s output when it was asked for one (`return_dict_in_generate=True`): its scores, for the web demo's
-    # step-through view of the same decoding (vanilla_transformer/demo.py). None otherwise.
+    # step-through view of the same decoding (vanilla_transformer/demo/). None otherwise.
     generation: object | None = None
 
     def of(self, kind: str) -> torch.Tensor:

@@ -71,7 +71,7 @@ def merge_tree(tokenizer) -> tuple[torch.Tensor, torch.Tensor]:
     if model.get("type") != "BPE":
         raise ValueError(
             f"Subword splitting undoes BPE merges, but this tokenizer's model is {model.get('type')!r}, not 'BPE': "
-            f"train the tokenizer with vanilla_transformer.tokenization.train_tokenizer, or leave `subword_split` at 0."
+            f"train the tokenizer with vanilla_transformer.data.tokenizer.train_tokenizer, or leave `subword_split` at 0."
         )
     vocab = model["vocab"]
     prefix = model.get("continuing_subword_prefix") or ""

@@ -398,12 +398,12 @@ class CTranslate2Model:
         `generate`'s `sequences_scores` (sum of log-probabilities / length ** length_penalty, `</s>` counted; None
         for greedy search). `progress`: a tqdm bar to update, or None. `length_penalty`: alpha instead of the
         exported one (CTranslate2's length ** alpha form)."""
+        from .pipeline_vanilla_transformer import fit_source  # the rule `translate` truncates by
+        from .translate import check_decoding  # and the check of its options
+
         beams = self.settings["num_beams"] if num_beams is None else num_beams
         lp = self.settings["length_penalty"] if length_penalty is None else float(length_penalty)
-        if beams < 1:
-            raise ValueError(f"num_beams must be at least 1, got {beams}.")
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be at least 1, got {batch_size}.")
+        check_decoding(batch_size=batch_size, num_beams=beams)
         table = self.settings["position_table_length"]
         if max_new_tokens is not None and not 1 <= max_new_tokens <= table:
             raise ValueError(
@@ -411,11 +411,9 @@ class CTranslate2Model:
                 f"got {max_new_tokens}."
             )
         for ids in sources:
-            if not 1 <= len(ids) <= self.settings["source_limit"]:
-                raise ValueError(
-                    f"a source has {len(ids)} tokens; the export takes 1 to "
-                    f"{self.settings['source_limit']}: truncate it (translate_ctranslate2 does)."
-                )
+            if not ids:
+                raise ValueError("a source has no tokens; the export takes 1 or more (its </s> at least).")
+            fit_source(ids, self.settings["source_limit"], subject="A source", truncate=False)
         offset = self.settings["source_length_offset"]
         results, scores = [None] * len(sources), [None] * len(sources)
 
@@ -558,10 +556,9 @@ def translate_ctranslate2(
     """
     from tqdm.auto import tqdm
 
-    from .translate import encode_sources  # torch-side module: imported when used, as elsewhere here
+    from .translate import check_decoding, encode_sources  # torch-side module: imported when used, as elsewhere here
 
-    if batch_size < 1:
-        raise ValueError(f"`batch_size` must be at least 1, got {batch_size}.")
+    check_decoding(batch_size=batch_size, num_beams=num_beams, max_new_tokens=max_new_tokens)
     if not isinstance(model, CTranslate2Model):
         model = CTranslate2Model(model, device=device, compute_type=compute_type, intra_threads=intra_threads)
     results = [""] * len(sentences)

@@ -13,6 +13,8 @@ from collections.abc import Callable, Sequence
 import torch
 from tqdm.auto import tqdm
 
+from .pipeline_vanilla_transformer import fit_source
+
 
 logger = logging.getLogger(__name__)
 
@@ -24,23 +26,56 @@ def encode_sources(
     (`export_ctranslate2.translate_ctranslate2`) give the model. `encode` maps texts to ids (`</s>` appended).
 
     Each sentence is encoded without its outer whitespace, as `train.py` trains on it (`data.tokenize_corpus`
-    strips it). One longer than `limit` tokens (None: no limit) is truncated to that many, its closing `</s>` kept,
-    with a warning naming its line (counting from 1, as in the input file).
+    strips it). One longer than `limit` tokens (None: no limit) is truncated to that many, its closing `</s>` kept
+    (`fit_source`, the pipeline's and the demo's rule too), with a warning naming its line (counting from 1, as in
+    the input file).
     """
     todo = [i for i, s in enumerate(sentences) if s.strip()]
     encoded = {}
     for i, ids in zip(todo, encode([sentences[i].strip() for i in todo]) if todo else []):
-        if limit is not None and len(ids) > limit:
-            logger.warning(
-                "Line %d has %d tokens; the model takes %d: it is truncated to its first %d tokens.",
-                i + 1,
-                len(ids),
-                limit,
-                limit,
-            )
-            ids = ids[: limit - 1] + ids[-1:]  # keep the closing </s>, as the tokenizer's own truncation does
-        encoded[i] = ids
+        encoded[i], message = fit_source(ids, limit, subject=f"Line {i + 1}")
+        if message:
+            logger.warning("%s", message)
     return encoded
+
+
+def check_decoding(
+    *,
+    batch_size: int | None = None,
+    num_beams: int | None = None,
+    n_best: int | None = None,
+    max_new_tokens: int | None = None,
+    temperature: float | None = None,
+    top_p: float | None = None,
+    max_beams: int | None = None,
+    names: dict[str, str] | None = None,
+) -> None:
+    """The one check of the decoding options that `translate`, the CTranslate2 engine and the web demo take: each
+    given one (None: not given) must be `batch_size`, `num_beams`, `n_best`, `max_new_tokens` >= 1 (`num_beams` also
+    <= `max_beams` when that is given), `temperature` > 0, `top_p` in (0, 1]. A ValueError names the option as
+    `names` spells it (default: its Python name in backquotes, e.g. "`batch_size` must be at least 1, got 0.")."""
+    names = names or {}
+
+    def name(option: str) -> str:
+        return names.get(option, f"`{option}`")
+
+    for option, value in (
+        ("batch_size", batch_size),
+        ("num_beams", num_beams),
+        ("n_best", n_best),
+        ("max_new_tokens", max_new_tokens),
+    ):
+        if value is None:
+            continue
+        if option == "num_beams" and max_beams is not None:
+            if not 1 <= value <= max_beams:
+                raise ValueError(f"{name(option)} must be between 1 and {max_beams}, got {value}.")
+        elif value < 1:
+            raise ValueError(f"{name(option)} must be at least 1, got {value}.")
+    if temperature is not None and not temperature > 0:
+        raise ValueError(f"{name('temperature')} must be above 0, got {temperature}.")
+    if top_p is not None and not 0 < top_p <= 1:
+        raise ValueError(f"{name('top_p')} must be in (0, 1], got {top_p}.")
 
 
 @torch.no_grad()
@@ -67,10 +102,7 @@ def translate(
     last one kept `</s>`), with a warning naming its line (counting from 1, as in the input file): it is never
     dropped.
     """
-    if batch_size < 1:
-        raise ValueError(f"`batch_size` must be at least 1, got {batch_size}.")
-    if n_best is not None and n_best < 1:
-        raise ValueError(f"`n_best` must be at least 1, got {n_best}.")
+    check_decoding(batch_size=batch_size, n_best=n_best)
     results = [""] * len(sentences) if n_best is None else [[(0.0, "")] * n_best for _ in sentences]
     limit = model.config.input_length_limit(tokenizer)
     encoded = encode_sources(sentences, lambda texts: tokenizer(texts)["input_ids"], limit)

@@ -11,7 +11,8 @@ from the repository. `pipeline()` reads `config.custom_pipelines` *before* it re
 task name, which is why the literal name "translation" works.
 
 This file is copied into every saved checkpoint, where this package may not be installed: it
-imports only torch and transformers.
+imports only torch and transformers. It also holds `fit_source`, the one rule for an input longer than the model
+takes, which `translate`, the CTranslate2 engine and the web demo import from here.
 
 With a model in memory, build the pipeline directly, `TranslationPipeline(model=model,
 tokenizer=tokenizer)`, or name the class: `pipeline("translation", model=model,
@@ -20,7 +21,10 @@ config=model.config, tokenizer=tokenizer, pipeline_class=TranslationPipeline)`.
 
 import torch
 from transformers import Pipeline
+from transformers.utils import logging
 
+
+logger = logging.get_logger(__name__)
 
 # What `config.custom_pipelines` must hold (the shape `pipeline()` reads in transformers 5.23:
 # `clean_custom_task` needs "impl", a "module.Class" path inside the repository, and "pt", names of
@@ -32,6 +36,24 @@ CUSTOM_PIPELINES = {
         "type": "text",
     }
 }
+
+
+def fit_source(ids, limit: int | None, *, subject: str = "The source", truncate: bool = True) -> tuple[list, str]:
+    """The one rule for a source longer than the model takes, for this pipeline, `translate`, the CTranslate2 engine
+    and the web demo alike: (ids, message), `limit` the config's `input_length_limit` (None: no limit).
+
+    A source of at most `limit` tokens is returned as it is, with message "". A longer one is truncated to its first
+    `limit - 1` tokens and its last one (`</s>`, as the tokenizer's own truncation keeps it), and the message says
+    so, naming the source by `subject` ("Line 3", "The text"); with `truncate=False` that message is a ValueError
+    instead. Here, in remote code, because the pipeline applies it where this package is not installed.
+    """
+    ids = list(ids)
+    if limit is None or len(ids) <= limit:
+        return ids, ""
+    said = f"{subject} has {len(ids)} tokens (</s> included) but the model takes at most {limit}"
+    if not truncate:
+        raise ValueError(f"{said}: pass a shorter one.")
+    return ids[: limit - 1] + ids[-1:], f"{said}: it is truncated to its first {limit} tokens."
 
 
 class TranslationPipeline(Pipeline):
@@ -47,7 +69,8 @@ class TranslationPipeline(Pipeline):
     the padding, so results equal one-by-one translation).
 
     Pipeline arguments:
-        truncation: cut inputs longer than `max_input_length` (default True).
+        truncation: cut inputs longer than `max_input_length` (default True), by the rule `translate` and the
+            demo cut them with (`fit_source`: the first tokens and `</s>`, with a warning).
         max_input_length: longest input in tokens, `</s>` included; default the config's
             `input_length_limit(tokenizer)` (configuration_vanilla_transformer.py): the smaller of the tokenizer's
             `model_max_length` and the model's `max_position_embeddings`; none for a config without that rule.
@@ -103,19 +126,18 @@ class TranslationPipeline(Pipeline):
                 f"TranslationPipeline translates strings, got {type(text).__name__} ({text!r:.60}): pass a "
                 "string or a list of strings."
             )
-        # The config's rule: this file imports nothing from the package (it is remote code), the config carries it.
+        # The config's limit: this file imports nothing from the package (it is remote code), the config carries it
+        # (a config without that rule, another model's, sets none). A longer input: the one rule, `fit_source`.
         rule = getattr(self.model.config, "input_length_limit", None)
         max_length = max_input_length or (rule(self.tokenizer) if rule is not None else None)
         # Without its outer whitespace, as the model was trained (`train.py` strips every sentence): the tokenizer
         # keeps spaces, so " A man" would start with a lone "▁" token the model never saw.
-        return self.tokenizer(
-            text.strip(),
-            truncation=bool(truncation) and max_length is not None,
-            max_length=max_length,
-            return_attention_mask=True,
-            return_token_type_ids=False,
-            return_tensors="pt",
-        )
+        ids = self.tokenizer(text.strip(), return_attention_mask=False, return_token_type_ids=False, verbose=False)
+        ids, message = fit_source(ids["input_ids"], max_length if truncation else None, subject="The input")
+        if message:
+            logger.warning(message)
+        input_ids = torch.tensor([ids])
+        return {"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids)}
 
     def _forward(self, model_inputs, **generate_kwargs):
         input_ids = model_inputs["input_ids"]
@@ -164,4 +186,4 @@ class TranslationPipeline(Pipeline):
         return super().__call__(inputs, *args, **kwargs)
 
 
-__all__ = ["CUSTOM_PIPELINES", "TranslationPipeline"]
+__all__ = ["CUSTOM_PIPELINES", "TranslationPipeline", "fit_source"]
