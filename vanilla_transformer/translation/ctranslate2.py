@@ -398,7 +398,7 @@ class CTranslate2Model:
         `generate`'s `sequences_scores` (sum of log-probabilities / length ** length_penalty, `</s>` counted; None
         for greedy search). `progress`: a tqdm bar to update, or None. `length_penalty`: alpha instead of the
         exported one (CTranslate2's length ** alpha form)."""
-        from .pipeline_vanilla_transformer import fit_source  # the rule `translate` truncates by
+        from ..pipeline_vanilla_transformer import fit_source  # the rule `translate` truncates by
         from .translate import check_decoding  # and the check of its options
 
         beams = self.settings["num_beams"] if num_beams is None else num_beams
