@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 import torch
 from tqdm.auto import tqdm
 
-from .pipeline_vanilla_transformer import fit_source
+from ..pipeline_vanilla_transformer import fit_source
 
 
 logger = logging.getLogger(__name__)
