@@ -2,10 +2,12 @@
 
     python bench/cli_help_times.py [--runs 5]
 
-Each run starts `python -m vanilla_transformer.cli COMMAND --help` (what the console script runs) and times it from
+Each run starts `python -m vanilla_transformer_cli COMMAND --help` (the console script's module) and times it from
 the start of the process to its exit, Python's own start included. The command line builds its parsers without
-torch, transformers or huggingface_hub (design note: "`--help` answers at once"); this measures it. `train --help`
-is included: a command that is missing or fails is printed with its error instead of a time.
+torch, transformers or huggingface_hub, and imports the package without registering the model with transformers
+(vanilla_transformer_cli.py); this measures it. `train --help` is included (its options are the Trainer's, which
+imports torch and transformers), and so is `python -c "import vanilla_transformer"`, the registration that the console
+script defers. A command that is missing or fails is printed with its error instead of a time.
 """
 
 from __future__ import annotations
@@ -28,19 +30,26 @@ COMMANDS = (
     ["export", "ctranslate2"],
     ["push"],
     ["attention"],
+    ["score"],
     ["average"],
+    ["demo"],
     ["train"],
 )
 
 
 def time_help(command: list[str], runs: int) -> tuple[float | None, str]:
     """(median seconds, "") over `runs` runs of `COMMAND --help`, or (None, the error) if it exits non-zero."""
+    return time_process(["-m", "vanilla_transformer_cli", *command, "--help"], runs)
+
+
+def time_process(arguments: list[str], runs: int) -> tuple[float | None, str]:
+    """(median seconds, "") over `runs` runs of `python ARGUMENTS`, or (None, the error) if it exits non-zero."""
     times = []
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     for _ in range(runs):
         start = time.perf_counter()
         result = subprocess.run(
-            [sys.executable, "-m", "vanilla_transformer.cli", *command, "--help"],
+            [sys.executable, *arguments],
             capture_output=True,
             text=True,
             cwd=ROOT,
@@ -66,6 +75,9 @@ def main() -> None:
         name = " ".join(["vanilla-transformer", *command, "--help"])
         seconds, error = time_help(command, args.runs)
         print(f"{name:<50} {seconds:6.3f}" if seconds is not None else f"{name:<50} error: {error}")
+    name = "python -c 'import vanilla_transformer'"
+    seconds, error = time_process(["-c", "import vanilla_transformer"], args.runs)
+    print(f"{name:<50} {seconds:6.3f}" if seconds is not None else f"{name:<50} error: {error}")
 
 
 if __name__ == "__main__":

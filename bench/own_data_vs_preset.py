@@ -1,8 +1,8 @@
 """The README's own-data command against the Multi30k preset's recipe: the same data, direction, time and machine.
 
-Issue 45: a user's run of the README's command without `--config` trained 8 minutes, inside its warm-up, and scored
-0.30 BLEU, where `--config multi30k_en_de_cpu` on the same data trained a useful model. The command now trains with
-the recipe by default (docs/training.md, "Without --config"); this script checks that it is as good as the preset.
+Issue 45: a user's run of the README's command without `--recipe` trained 8 minutes, inside its warm-up, and scored
+0.30 BLEU, where `--recipe multi30k_en_de_cpu` on the same data trained a useful model. The command now trains with
+the recipe by default (docs/training.md, "Without --recipe"); this script checks that it is as good as the preset.
 
 It lays out Multi30k's FROM->TO pairs (by default French->German, a direction no preset has) as the README's tables
 (`train.tsv`, `dev.tsv`, `test.tsv`, a header row naming the columns), then runs, one after the other, in new
@@ -10,7 +10,7 @@ processes with the machine's threads:
 
 1. the README's own-data command as README.md shows it, substituting only the dataset, the languages, the columns,
    the output directory and (with `--minutes`) the time limit;
-2. the same command with `--config multi30k_en_de_cpu` before its options (the command line wins over the preset, so
+2. the same command with `--recipe multi30k_en_de_cpu` before its options (the command line wins over the preset, so
    the data, direction and time are the same).
 
 (`--side-by-side`: both at once, each pinned to one of the machine's first two CPUs with one thread, so the two
@@ -171,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     minutes = own[own.index("--max_train_minutes") + 1]
     write_tables(own, args.data_dir, (args.src, args.tgt), args.eval_pairs)
-    preset = ["--config", args.preset, *substitute(own, output_dir=args.work / "preset")]
+    preset = ["--recipe", args.preset, *substitute(own, output_dir=args.work / "preset")]
     runs = {"readme": own, "preset": preset}
     seconds = {}
     if args.side_by_side:
@@ -184,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         for name, argv in runs.items():
             seconds[name] = finish(name, *start(name, argv, args.work / f"{name}.log"), args.work / f"{name}.log")
-    rows = {"README command": summary(args.work / "readme"), f"--config {args.preset}": summary(args.work / "preset")}
+    rows = {"README command": summary(args.work / "readme"), f"--recipe {args.preset}": summary(args.work / "preset")}
     mode = "side by side, one CPU and one thread each" if args.side_by_side else "one after the other, all threads"
     print(f"\n{args.src}->{args.tgt}, {minutes} minutes each, {mode}; CPU: {json.dumps(cpu_flags())}")
     for name, row in rows.items():

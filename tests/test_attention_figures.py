@@ -352,7 +352,7 @@ def test_command_writes_the_figure(checkpoint, tmp_path, capsys):
         (["--output", "{tmp}/missing/cross.png"], "--output", "the directory '{tmp}/missing' does not exist"),
         (["--output", "{tmp}/cross.txt"], "--output", "must end in a format matplotlib writes: .png, .svg, .pdf"),
         (["--output", "{tmp}/cross"], "--output", "must end in a format matplotlib writes"),
-        (["--beams", "0"], "--beams", "must be at least 1, got 0"),
+        (["--num_beams", "0"], "--num_beams", "must be at least 1, got 0"),
     ],
 )
 def test_command_checks_its_options_before_loading_the_model(
@@ -364,7 +364,10 @@ def test_command_checks_its_options_before_loading_the_model(
     )
     options = [option.replace("{tmp}", str(tmp_path)) for option in options]
     argv = ["attention", "--model", str(checkpoint), SOURCE, "--output", str(tmp_path / "a.png"), *options]
-    status = main(argv)
+    try:
+        status = main(argv)
+    except SystemExit as exit_info:  # a value argparse refuses (--num_beams 0)
+        status = exit_info.code
     err = capsys.readouterr().err
     assert status == 2 and err.count("\n") == 1 and err.startswith("vanilla-transformer attention: error: "), err
     assert flag in err and message.replace("{tmp}", str(tmp_path)) in err and "Traceback" not in err, err

@@ -1,7 +1,9 @@
 """The `vanilla-transformer` command: `translate` on real Multi30k sentences with a trained tiny model, compared with
 `model.generate` called directly on each sentence (same beams); order, empty lines and over-long lines; option
-errors; `--help`; routing of `average`."""
+errors; `--help`; `average`; one spelling of every option (underscores; hyphens and the old names parse alike); the
+console script's start without torch, and `import vanilla_transformer`'s registration."""
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -11,7 +13,8 @@ import torch
 from helpers import TINY_SIZES, read_multi30k, subprocess_env, train_steps
 
 from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
-from vanilla_transformer.cli import build_parser, main, read_lines
+from vanilla_transformer.cli import build_parser, main
+from vanilla_transformer.command_line import ALIASES, read_lines
 from vanilla_transformer.data.tokenizer import train_tokenizer
 from vanilla_transformer.translation.loading import load_model
 from vanilla_transformer.translation.precision import fast_attention_implementation
@@ -79,7 +82,7 @@ def test_file_to_file_equals_generate_per_sentence(checkpoint, lines, tmp_path):
             str(source),
             "--output",
             str(target),
-            "--batch-size",
+            "--batch_size",
             "3",
             "--device",
             "cpu",
@@ -109,9 +112,9 @@ def test_stdin_to_stdout_in_a_subprocess(checkpoint, lines):
             "translate",
             "--model",
             str(path),
-            "--beams",
+            "--num_beams",
             "1",
-            "--batch-size",
+            "--batch_size",
             "4",
             "--device",
             "cpu",
@@ -140,7 +143,7 @@ def test_progress_bar_only_on_a_terminal(checkpoint, lines, tmp_path, capsys, mo
         str(source),
         "--output",
         str(tmp_path / "out"),
-        "--beams",
+        "--num_beams",
         "1",
         "--device",
         "cpu",
@@ -157,7 +160,7 @@ def translate_greedily(path, sentences: list[str], tmp_path, *options: str) -> l
     source, target = tmp_path / "in.en", tmp_path / "out.de"
     source.write_text("\n".join(sentences) + "\n", encoding="utf-8")
     command = ["translate", "--model", str(path), "--input", str(source), "--output", str(target), *options]
-    assert main([*command, "--beams", "1", "--batch-size", "1", "--device", "cpu"]) == 0
+    assert main([*command, "--num_beams", "1", "--batch_size", "1", "--device", "cpu"]) == 0
     return target.read_text(encoding="utf-8").splitlines()
 
 
@@ -224,16 +227,16 @@ def test_empty_input_gives_empty_output(checkpoint, tmp_path):
 @pytest.mark.parametrize(
     "options, message",
     [
-        (["--batch-size", "0"], "--batch-size must be at least 1, got 0"),
-        (["--beams", "0"], "--beams must be at least 1"),
-        (["--max-new-tokens", "0"], "--max-new-tokens must be at least 1"),
+        (["--batch_size", "0"], "argument --batch_size: must be at least 1, got 0"),
+        (["--num_beams", "0"], "argument --num_beams: must be at least 1"),
+        (["--max_new_tokens", "0"], "argument --max_new_tokens: must be at least 1"),
         (["--input", "/no/such/file.en"], "--input '/no/such/file.en' is not a file"),
         (["--device", "cuda:0"] if not torch.cuda.is_available() else ["--device", "nonsense"], "--device"),
     ],
 )
 def test_bad_options_fail_with_a_message_that_names_them(checkpoint, options, message, capsys):
-    assert main(["translate", "--model", str(checkpoint[0]), *options]) == 2
-    err = capsys.readouterr().err
+    status, err = run_main(["translate", "--model", str(checkpoint[0]), *options], capsys)
+    assert status == 2
     assert err.startswith("vanilla-transformer translate: error: ") and message in err, err
 
 
@@ -299,13 +302,13 @@ def test_help_documents_every_option(capsys):
         "--model",
         "--input",
         "--output",
-        "--beams",
-        "--batch-size",
+        "--num_beams",
+        "--batch_size",
         "--device",
         "--dtype",
-        "--max-new-tokens",
+        "--max_new_tokens",
         "--revision",
-        "--trust-remote-code",
+        "--trust_remote_code",
     ):
         assert any(option in a.option_strings for a in subparsers["translate"]._actions), option
 
@@ -318,13 +321,12 @@ def test_push_help_gives_the_commit_message_it_uses(capsys):
     assert f"(default: '{DEFAULT_COMMIT_MESSAGE}')" in " ".join(capsys.readouterr().out.split())
 
 
-def test_average_routes_to_the_averaging_command(tmp_path, capsys):
+def test_average_is_a_command_like_the_others(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(["average", "--help"])
     assert exit_info.value.code == 0 and "--last" in capsys.readouterr().out
-    with pytest.raises(SystemExit) as exit_info:
-        main(["average", str(tmp_path), "--last", "2", "--output", str(tmp_path / "avg")])
-    assert exit_info.value.code == 2 and "holds no `checkpoint-<step>` directory" in capsys.readouterr().err
+    status, err = run_main(["average", str(tmp_path), "--last", "2", "--output", str(tmp_path / "avg")], capsys)
+    assert status == 2 and "holds no `checkpoint-<step>` directory" in err
 
 
 # ------------------------------------------------------------------------------------------------ plain errors
@@ -386,13 +388,20 @@ def directories(tmp_path):
             "--model",
             "has no tokenizer (tokenizer.json): save the tokenizer beside the model (tokenizer.save_pretrained(",
         ),
-        (["translate", "--model", "x", "--num_beams", "0"], "translate", "--beams", "must be at least 1, got 0"),
-        (["translate", "--model", "x", "--num-beams", "0"], "translate", "--beams", "must be at least 1, got 0"),
+        (["translate", "--model", "x", "--num_beams", "0"], "translate", "--num_beams", "must be at least 1, got 0"),
+        (["translate", "--model", "x", "--num-beams", "0"], "translate", "--num_beams", "must be at least 1, got 0"),
+        (["translate", "--model", "x", "--beams", "0"], "translate", "--num_beams", "must be at least 1, got 0"),
         (
-            ["translate", "--model", "x", "--batch_size", "2"],
+            ["translate", "--model", "x", "--batch_sise", "2"],
             "translate",
-            "--batch_size",
-            "unrecognized arguments: --batch_size 2 (did you mean --batch-size?)",
+            "--batch_sise",
+            "unrecognized arguments: --batch_sise 2 (did you mean --batch_size?)",
+        ),
+        (
+            ["translate", "--model", "x", "--batch-sise", "2"],
+            "translate",
+            "--batch_sise",
+            "unrecognized arguments: --batch_sise 2 (did you mean --batch_size?)",
         ),
         (
             ["export", "ctranslate2", "/no/such/dir", "{tmp}/out"],
@@ -426,7 +435,7 @@ def directories(tmp_path):
             "--checkpoints '/no/such'",
             "is not a directory",
         ),
-        (["push", "/no/such/dir", "me/model", "--dry-run"], "push", "output_dir", "is not a directory"),
+        (["push", "/no/such/dir", "me/model", "--dry_run"], "push", "output_dir", "is not a directory"),
         (["transalte", "--model", "x"], "", "COMMAND", "invalid choice: 'transalte'"),
     ],
 )
@@ -452,15 +461,16 @@ def test_an_error_in_a_process_is_one_line_without_traceback():
 HEAVY_MODULES = ("torch", "transformers", "huggingface_hub", "ctranslate2", "matplotlib", "gradio")
 
 
-@pytest.mark.parametrize(
-    "command",
-    [[], ["translate"], ["export"], ["export", "ctranslate2"], ["push"], ["attention"], ["average"], ["demo"]],
-)
+COMMANDS = [[], ["translate"], ["export"], ["export", "ctranslate2"], ["push"], ["attention"], ["score"], ["average"]]
+
+
+@pytest.mark.parametrize("command", [*COMMANDS, ["demo"]])
 def test_help_imports_no_heavy_module(command):
-    # `python -X importtime` lists every module the process imports (on stderr): the parsers are built and the help
-    # printed without torch, transformers, huggingface_hub, ctranslate2 or matplotlib, which take seconds to import.
+    # `python -X importtime` lists every module the process imports (on stderr): the console script's module builds
+    # the parsers and prints the help without torch, transformers, huggingface_hub, ctranslate2 or matplotlib, which
+    # take seconds to import.
     result = subprocess.run(
-        [sys.executable, "-X", "importtime", "-m", "vanilla_transformer.cli", *command, "--help"],
+        [sys.executable, "-X", "importtime", "-m", "vanilla_transformer_cli", *command, "--help"],
         capture_output=True,
         text=True,
         cwd=ROOT,
@@ -495,3 +505,105 @@ def test_score_prints_sacrebleu_and_the_papers_tokenized_bleu(tmp_path, capsys):
     assert capsys.readouterr().err.startswith(
         f"vanilla-transformer score: error: --hypotheses '{tmp_path / 'none.de'}'"
     )
+
+
+# ------------------------------------------------------------------------------------------------ one spelling
+
+# What each command needs besides the option tried, and a value each kind of option takes.
+REQUIRED = {
+    "translate": ["--model", "m"],
+    "attention": ["A man.", "--model", "m", "--output", "a.png"],
+    "ctranslate2": ["m", "out"],
+    "push": ["run", "me/model"],
+    "score": ["--hypotheses", "h", "--references", "r"],
+    "demo": [],
+    "average": ["run", "--output", "avg"],
+}
+
+
+def command_parsers():
+    """(argv prefix, parser) of every command but `train` (tests/test_train_command.py checks its options)."""
+    commands = next(a for a in build_parser()._actions if a.dest == "command").choices
+    for name, parser in commands.items():
+        if name == "export":
+            yield (
+                ["export", "ctranslate2"],
+                next(a for a in parser._actions if a.dest == "format").choices["ctranslate2"],
+            )
+        elif name != "train":
+            yield [name], parser
+
+
+def value_for(action) -> list[str]:
+    if action.nargs == 0:
+        return []
+    if action.choices:
+        return [list(action.choices)[-1]]
+    return ["2"] if getattr(action.type, "__name__", "") in ("int", "positive_int", "non_negative_int") else ["0.5"]
+
+
+def test_hyphens_and_underscores_give_the_same_arguments_in_every_command():
+    parser, tried = build_parser(), 0
+    for prefix, command in command_parsers():
+        required = REQUIRED[prefix[-1]]
+        for action in command._actions:
+            for option in action.option_strings:
+                if "_" not in option or option in required:
+                    continue
+                value = value_for(action)
+                underscores = vars(parser.parse_args([*prefix, *required, option, *value]))
+                hyphens = vars(parser.parse_args([*prefix, *required, option.replace("_", "-"), *value]))
+                assert underscores == hyphens and underscores[action.dest] != action.default, (prefix, option)
+                tried += 1
+    assert tried >= 20  # batch_size, num_beams, ..., trust_remote_code in each command that loads a model
+
+
+def test_each_old_name_still_parses_as_its_option():
+    parser, tried = build_parser(), 0
+    for prefix, command in command_parsers():
+        options = {option: action for action in command._actions for option in action.option_strings}
+        for old, option in ALIASES.items():
+            if option in options:
+                required, value = REQUIRED[prefix[-1]], value_for(options[option])
+                expected = vars(parser.parse_args([*prefix, *required, option, *value]))
+                for spelling in (old, old.replace("_", "-")):
+                    assert vars(parser.parse_args([*prefix, *required, spelling, *value])) == expected, spelling
+                    tried += 1
+    assert tried >= 10  # --beams, --beam, --lenpen, --do-sample ... in translate, attention, demo, export
+
+
+def test_help_lists_the_one_spelling_only(capsys):
+    for prefix, command in command_parsers():
+        with pytest.raises(SystemExit):
+            main([*prefix, "--help"])
+        text = capsys.readouterr().out
+        hyphenated = re.findall(r"(?<![\w-])--[a-z0-9]+(?:-[a-z0-9]+)+", text)
+        old = [name for name in ALIASES if re.search(rf"(?<![\w-]){name}\b(?!-)", text)]
+        assert hyphenated == [] and old == [], (prefix, hyphenated, old)
+        for action in command._actions:  # every option once, by its one name
+            assert len(action.option_strings) <= 2 and all("-" not in o.lstrip("-") for o in action.option_strings)
+
+
+def test_the_console_script_imports_no_torch_and_the_package_registers_on_import():
+    """`import vanilla_transformer` registers the model with the Auto classes; the console script's module imports
+    the package without that (nor torch), and leaves no trace of how in the environment."""
+    script = (
+        "import os, sys, vanilla_transformer_cli; "
+        "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules), "
+        "os.environ.get('VANILLA_TRANSFORMER_REGISTER_LATER'))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, env=subprocess_env(), timeout=120
+    )
+    assert result.returncode == 0 and result.stdout.split() == ["[]", "None"], result.stdout + result.stderr
+    script = (
+        "import vanilla_transformer; from transformers import AutoConfig, AutoModelForSeq2SeqLM; "
+        "config = AutoConfig.for_model('vanilla-transformer', vocab_size=40, d_model=16, encoder_layers=1, "
+        "decoder_layers=1, encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=32, "
+        "decoder_ffn_dim=32); print(type(AutoModelForSeq2SeqLM.from_config(config)).__name__)"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, env=subprocess_env(), timeout=300
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.split()[-1] == "VanillaTransformerForConditionalGeneration"

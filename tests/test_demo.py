@@ -503,7 +503,7 @@ def test_written_space_builds_the_page(model, tokenizer, tmp_path, hub):
     api.upload_folder(folder_path=model_dir, repo_id=repo_id)
     space = tmp_path / "space"
     requirement = "vanilla-transformer[demo] @ git+https://example.org/vanilla-transformer"
-    assert main(["demo", "--model", repo_id, "--write-space", str(space), "--requirement", requirement]) == 0
+    assert main(["demo", "--model", repo_id, "--write_space", str(space), "--requirement", requirement]) == 0
     assert sorted(p.name for p in space.iterdir()) == ["README.md", "app.py", "requirements.txt"]
     assert (space / "requirements.txt").read_text().splitlines()[0] == requirement
     namespace = {"__name__": "space_app"}
@@ -522,17 +522,17 @@ def test_the_space_installs_the_package_from_its_repository(capsys, tmp_path, mo
     records (pyproject.toml's [project.urls] Repository), or --requirement; with neither, a one-line error and
     nothing written."""
     monkeypatch.setattr(demo.space, "repository_url", lambda: None)
-    assert main(["demo", "--model", "a/b", "--write-space", str(tmp_path / "none")]) == 2
+    assert main(["demo", "--model", "a/b", "--write_space", str(tmp_path / "none")]) == 2
     error = capsys.readouterr().err
-    assert error.count("\n") == 1 and "--write-space needs --requirement" in error
+    assert error.count("\n") == 1 and "--write_space needs --requirement" in error
     assert not (tmp_path / "none").exists()
     monkeypatch.setattr(demo.space, "repository_url", lambda: "https://github.com/someone/vanilla-transformer")
-    assert main(["demo", "--model", "a/b", "--write-space", str(tmp_path / "url")]) == 0
+    assert main(["demo", "--model", "a/b", "--write_space", str(tmp_path / "url")]) == 0
     requirements = (tmp_path / "url" / "requirements.txt").read_text().splitlines()
     assert requirements[0] == "vanilla-transformer[demo] @ git+https://github.com/someone/vanilla-transformer"
     assert requirements[1] == f"gradio=={gr.__version__}"
     own = "vanilla-transformer[demo] @ git+https://example.org/fork@v0.1.0"
-    assert main(["demo", "--model", "a/b", "--write-space", str(tmp_path / "own"), "--requirement", own]) == 0
+    assert main(["demo", "--model", "a/b", "--write_space", str(tmp_path / "own"), "--requirement", own]) == 0
     assert (tmp_path / "own" / "requirements.txt").read_text().splitlines()[0] == own
 
 
@@ -543,11 +543,11 @@ def test_cli_checks_options_before_loading(capsys, tmp_path, monkeypatch):
     assert "no such directory" in capsys.readouterr().err
     assert main(["demo", "--model", "a/b", "--compare", str(tmp_path / "missing")]) == 2
     assert "--compare" in capsys.readouterr().err
-    assert main(["demo", "--model", "a/b", "--compare", "c/d", "--write-space", str(tmp_path / "space")]) == 2
+    assert main(["demo", "--model", "a/b", "--compare", "c/d", "--write_space", str(tmp_path / "space")]) == 2
     assert "--compare is for the page served here" in capsys.readouterr().err
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "x").write_text("")
-    assert main(["demo", "--model", "a/b", "--write-space", str(tmp_path / "full")]) == 2
+    assert main(["demo", "--model", "a/b", "--write_space", str(tmp_path / "full")]) == 2
     assert "not an empty directory" in capsys.readouterr().err
     monkeypatch.setitem(sys.modules, "gradio", None)  # as if gradio were not installed
     model_dir = tmp_path / "m"

@@ -267,7 +267,7 @@ def test_command_line_export_and_translate(trained_model, tokenizer, sentences, 
             str(source),
             "--output",
             str(tmp_path / f"{engine}.de"),
-            "--batch-size",
+            "--batch_size",
             "4",
             "--device",
             "cpu",
@@ -289,7 +289,7 @@ def test_command_line_export_and_translate(trained_model, tokenizer, sentences, 
     [
         (["--dtype", "bfloat16"], "--dtype is for --engine transformers"),
         (["--revision", "v1"], "--revision is for --engine transformers"),
-        (["--trust-remote-code"], "--trust-remote-code is for --engine transformers"),
+        (["--trust_remote_code"], "--trust_remote_code is for --engine transformers"),
         (["--device", "mps"], "--device 'mps': CTranslate2 takes auto, cpu or cuda"),
     ],
 )
@@ -306,8 +306,8 @@ def test_a_directory_that_is_not_an_export_is_a_clear_error(trained_model, token
     source.write_text("A man.\n", encoding="utf-8")
     assert main(["translate", "--engine", "ctranslate2", "--model", str(tmp_path), "--input", str(source)]) == 2
     assert "is not a CTranslate2 export of this package" in capsys.readouterr().err
-    assert main(["translate", "--compute-type", "int8", "--model", str(tmp_path), "--input", str(source)]) == 2
-    assert "--compute-type is for --engine ctranslate2" in capsys.readouterr().err
+    assert main(["translate", "--compute_type", "int8", "--model", str(tmp_path), "--input", str(source)]) == 2
+    assert "--compute_type is for --engine ctranslate2" in capsys.readouterr().err
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="reads the dynamic linker's symbol bindings (glibc LD_DEBUG)")

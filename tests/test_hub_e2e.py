@@ -460,7 +460,7 @@ def test_translate_command_from_the_hub_on_a_private_branch(run, hub, tmp_path):
             str(tmp_path / "in.en"),
             "--output",
             str(tmp_path / "out.de"),
-            "--beams",
+            "--num_beams",
             "1",
             "--device",
             "cpu",
@@ -488,11 +488,11 @@ def test_private_push_to_an_existing_public_repo_is_refused(run, hub):
 
 def test_push_command(run, hub, capsys):
     repo = f"test-org/{unique('cli')}"  # an organisation the user belongs to
-    assert cli_main(["push", str(run["out"]), repo, "--dry-run"]) == 0
+    assert cli_main(["push", str(run["out"]), repo, "--dry_run"]) == 0
     listed = capsys.readouterr().out.split()
     assert set(listed) == EXPECTED_FILES - {".gitattributes"} | set(run["results"]["plots"])
     assert not HfApi().repo_exists(repo)  # a dry run does not touch the Hub
-    assert cli_main(["push", str(run["out"]), repo, "--commit-message", "First release"]) == 0
+    assert cli_main(["push", str(run["out"]), repo, "--commit_message", "First release"]) == 0
     url = capsys.readouterr().out.strip()
     assert HfApi().list_repo_commits(repo)[0].title == "First release" and url.startswith(hub.endpoint)
     assert set(HfApi().list_repo_files(repo)) == EXPECTED_FILES | set(run["results"]["plots"])

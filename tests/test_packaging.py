@@ -46,7 +46,7 @@ def wheel(tmp_path_factory) -> Path:
     tmp = tmp_path_factory.mktemp("wheel")
     src = tmp / "src"
     src.mkdir()
-    for name in ("pyproject.toml", "README.md", "LICENSE"):
+    for name in ("pyproject.toml", "README.md", "LICENSE", "vanilla_transformer_cli.py"):
         shutil.copy(ROOT / name, src / name)
     shutil.copytree(PACKAGE, src / PACKAGE.name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     subprocess.run(
@@ -86,9 +86,11 @@ def test_wheel_holds_every_file_the_package_needs(wheel):
         assert path.relative_to(ROOT).as_posix() in names
     # The licence pyproject.toml declares travels with the package.
     assert any(name.endswith(".dist-info/licenses/LICENSE") for name in names)
-    # The console command of the README.
+    # The console command of the README, and its module beside the package (it imports the package without torch).
     entry_points = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
-    assert "vanilla-transformer = vanilla_transformer.cli:main" in entry_points
+    assert (
+        "vanilla-transformer = vanilla_transformer_cli:main" in entry_points and "vanilla_transformer_cli.py" in names
+    )
     assert {
         f"vanilla_transformer/training/recipes/{p.name}" for p in (PACKAGE / "training" / "recipes").glob("*.json")
     } <= names
@@ -227,7 +229,7 @@ def test_installed_wheel_writes_a_model_card_outside_the_repository(fresh_env, t
 
 
 def test_installed_wheel_trains_with_a_shipped_preset_from_any_directory(fresh_env, tmp_path):
-    """`vanilla-transformer train --config multi30k_en_de_cpu` from the wheel, in a directory outside the checkout:
+    """`vanilla-transformer train --recipe multi30k_en_de_cpu` from the wheel, in a directory outside the checkout:
     the preset is package data, the command trains, saves, and the model loads; the module form is the same command;
     a mistake is one line naming the flag, exit status 2."""
     from helpers import read_multi30k
@@ -244,7 +246,7 @@ def test_installed_wheel_trains_with_a_shipped_preset_from_any_directory(fresh_e
     env = subprocess_env(PYTHONPATH="")
     command = fresh_env.parent / "vanilla-transformer"
     options = [
-        "--config",
+        "--recipe",
         "multi30k_en_de_cpu",
         "--dataset",
         str(data),
@@ -291,7 +293,7 @@ def test_installed_wheel_trains_with_a_shipped_preset_from_any_directory(fresh_e
             str(fresh_env),
             "-m",
             "vanilla_transformer.training.command",
-            "--config",
+            "--recipe",
             "multi30k_en_de_cpu",
             "--dataset",
             "./nowhere",

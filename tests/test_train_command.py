@@ -4,6 +4,7 @@ name, help in groups, and every option, preset and data error as one line naming
 import json
 import logging
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -107,7 +108,7 @@ def _run_main(argv, capsys, monkeypatch, cwd: Path):
         (["--max_tokens", "0"], "--max_tokens", "at least 1"),
         (["--learning_rate", "0.001"], "--learning_rate", "--lr_factor"),
         (["--per_device_train_batch_size", "16"], "--per_device_train_batch_size", "--max_tokens"),
-        (["--config", "no_such_preset"], "--config", "multi30k_en_de_cpu"),
+        (["--recipe", "no_such_preset"], "--recipe", "multi30k_en_de_cpu"),
         (["--preset", "huge"], "--preset", "small"),
         (["--num_beams", "0"], "--num_beams", "at least 1"),
         (["--test_split", "test_2017"], "--test_split", "test_2016_flickr"),
@@ -140,7 +141,7 @@ def test_other_split_names_are_pointed_to_their_flag(tmp_path, capsys, monkeypat
 def test_a_preset_key_with_a_typo_gets_a_did_you_mean(tmp_path, capsys, monkeypatch):
     preset = tmp_path / "mine.json"
     preset.write_text(json.dumps({"warmup_step": 100}))
-    status, err = _run_main(["--config", str(preset)], capsys, monkeypatch, tmp_path / "cwd")
+    status, err = _run_main(["--recipe", str(preset)], capsys, monkeypatch, tmp_path / "cwd")
     assert status == 2 and "unknown option 'warmup_step'; did you mean 'warmup_steps'?" in err
 
 
@@ -171,17 +172,49 @@ def test_presets_are_shipped_and_selected_by_name_or_path(tmp_path):
     assert {"multi30k_en_de_cpu", "multi30k_de_en_cpu", "multi30k_en_fr_cpu", "wmt14_en_de_base"} <= set(
         shipped_presets()
     )
-    by_name = parse_args(["--config", "multi30k_en_de_cpu", "--output_dir", str(tmp_path)])
-    by_path = parse_args(["--config", str(PRESETS_DIR / "multi30k_en_de_cpu.json"), "--output_dir", str(tmp_path)])
-    old_path = parse_args(["--config", "configs/multi30k_en_de_cpu.json", "--output_dir", str(tmp_path)])
+    by_name = parse_args(["--recipe", "multi30k_en_de_cpu", "--output_dir", str(tmp_path)])
+    by_path = parse_args(["--recipe", str(PRESETS_DIR / "multi30k_en_de_cpu.json"), "--output_dir", str(tmp_path)])
+    old_path = parse_args(["--recipe", "configs/multi30k_en_de_cpu.json", "--output_dir", str(tmp_path)])
     assert by_name[-1].to_dict() == by_path[-1].to_dict() == old_path[-1].to_dict()
     assert by_name[-1].label_smoothing_factor == 0.2 and by_name[3].num_beams == 6
 
 
+def _parsed(argv: list[str]) -> list[dict]:
+    return [vars(options) if not hasattr(options, "to_dict") else options.to_dict() for options in parse_args(argv)]
+
+
+def test_hyphens_underscores_and_the_old_config_parse_alike(tmp_path):
+    """One spelling, underscores, as every command: the hyphen spelling (HfArgumentParser's own alias, and the
+    command line's rewriting for the options it adds) and `--config`, the recipe's old name, give the same run."""
+    options = ["multi30k_en_de_cpu", "--max_tokens", "1000", "--lr_factor", "2", "--output_dir", str(tmp_path)]
+    options += ["--num_beams", "3", "--max_train_minutes", "5", "--keep_checkpoints", "last", "--plots", "false"]
+    underscores = _parsed(["--recipe", *options])
+    assert underscores[-1]["max_tokens"] == 1000 and underscores[3]["num_beams"] == 3
+    hyphens = [arg.replace("_", "-") if arg.startswith("--") else arg for arg in options]
+    for argv in (
+        ["--recipe", *hyphens],
+        ["--config", *options],
+        ["--config", *hyphens],
+        ["--recipe=" + options[0], *options[1:]],
+    ):
+        assert _parsed(argv) == underscores, argv
+    with pytest.raises(SystemExit):  # --help-all is --help_all
+        parse_args(["--help-all"])
+
+
+def test_help_lists_the_one_spelling_only(capsys):
+    with pytest.raises(SystemExit):
+        parse_args(["--help"])
+    text = capsys.readouterr().out
+    assert "--recipe RECIPE" in text and "--help_all" in text and "--max_tokens" in text
+    assert re.findall(r"(?<![\w-])--[a-z0-9]+(?:-[a-z0-9]+)+", text) == [] and "--config" not in text
+    assert "--no_plots" not in text  # `--plots false` says the same
+
+
 def test_help_lists_the_recipe_in_groups_and_help_all_the_trainers_other_options(capsys):
-    for flag, trainer_only_shown in (("--help", False), ("--help-all", True)):
+    for flag, trainer_only_shown in (("--help", False), ("--help_all", True)):
         with pytest.raises(SystemExit) as exit_info:
-            parse_args(["--config", "multi30k_en_de_cpu", flag])
+            parse_args(["--recipe", "multi30k_en_de_cpu", flag])
         assert exit_info.value.code == 0
         text = capsys.readouterr().out
         groups = [line for line in text.splitlines() if line and not line.startswith(" ") and line.endswith(":")]
@@ -343,7 +376,7 @@ def test_the_default_recipe_fits_its_warm_up_to_the_runs_budget(tmp_path, bf16, 
     assert training_args.recipe == {"config": "own_data_large", "default": True}
     assert (training_args.label_smoothing_factor, model_args.dropout, training_args.subword_split) == (0.1, 0.1, 0.0)
     # A preset's own warm-up is fitted the same way, for a preset named with --config.
-    training_args = parse("--config", "multi30k_en_de_cpu", "--max_train_minutes", "30")[-1]
+    training_args = parse("--recipe", "multi30k_en_de_cpu", "--max_train_minutes", "30")[-1]
     assert training_args.recipe == {"config": "multi30k_en_de_cpu", "default": False}
     assert training_args.warmup_steps == warmup // 2
 
@@ -379,7 +412,7 @@ def test_the_readmes_own_data_command_trains_a_translator_on_a_corpus_without_a_
     """The README's own-data command as a person runs it (its console script, in a new process with the machine's
     threads) on Multi30k's French->German, a direction no preset has, laid out as the README's tables (all 29,000
     training pairs, 1,014 validation, 1,000 test). Only the dataset, the languages, the columns, the output
-    directory and the time limit are substituted. Without --config it trains until its limit, validates at the end,
+    directory and the time limit are substituted. Without --recipe it trains until its limit, validates at the end,
     averages the checkpoints of its cool-down, and learns to translate.
 
     Sized for a 2-core CPU with AVX2 only (float32, the recipe's cpu_float32 options) with nothing else running: see

@@ -163,7 +163,7 @@ def test_short_training_run_lowers_validation_loss_and_writes_a_loadable_model(d
     "change, match",
     [
         (["--preset", "huge"], "preset 'huge' does not exist"),
-        (["--config", "configs/no_such_preset.json"], "does not exist"),
+        (["--recipe", "configs/no_such_preset.json"], "does not exist"),
         (["--tgt_lang", "xx"], "xx"),
         (["--dataset", "/nonexistent/corpus"], "does not exist"),
         (["--max_length", "5000"], "max_tokens"),
@@ -183,7 +183,7 @@ def test_bad_arguments_fail_before_training(data_dir, tmp_path, change, match):
 def test_config_file_sets_defaults_that_the_command_line_overrides(tmp_path, form):
     config = tmp_path / "preset.json"
     config.write_text(json.dumps({"max_steps": 7, "vocab_size": 1234, "preset": "base", "warmup_steps": 11}))
-    option = ["--config", str(config)] if form == "separate" else [f"--config={config}"]
+    option = ["--recipe", str(config)] if form == "separate" else [f"--recipe={config}"]
     model_args, _, tok_args, _, training_args = train.parse_args(
         [*option, "--output_dir", str(tmp_path / "run"), "--warmup_steps", "22", "--report_to", "none"]
     )
@@ -193,7 +193,7 @@ def test_config_file_sets_defaults_that_the_command_line_overrides(tmp_path, for
 
 @pytest.mark.parametrize("path", sorted(PRESETS_DIR.glob("*.json")), ids=lambda p: p.name)
 def test_shipped_presets_parse(path):
-    model_args, data_args, _, run_args, training_args = train.parse_args(["--config", str(path)])
+    model_args, data_args, _, run_args, training_args = train.parse_args(["--recipe", str(path)])
     assert training_args.output_dir and model_args.preset
     if path.name.startswith("multi30k_"):
         # One recipe for every Multi30k direction (tuned on EN->DE validation data): only the languages and the
@@ -211,7 +211,7 @@ def test_shipped_presets_parse(path):
                 assert (MULTI30K / f"{split}.{lang}.gz").is_file()
         # Its float32-on-a-CPU options parse and apply on any machine (`--bf16 false --use_cpu` force that case).
         options = own["cpu_float32"]
-        parsed = train.parse_args(["--config", str(path), "--bf16", "false", "--use_cpu", "true"])
+        parsed = train.parse_args(["--recipe", str(path), "--bf16", "false", "--use_cpu", "true"])
         assert parsed[-1].preset_cpu_float32 == options
         for key, value in options.items():
             assert [getattr(args, key) for args in parsed if hasattr(args, key)] == [value], key
@@ -247,7 +247,7 @@ def test_layer_options_set_each_stack(tmp_path, options, depths):
 def test_unknown_key_in_config_file_is_named(tmp_path):
     config = tmp_path / "preset.json"
     config.write_text(json.dumps({"max_steps": 7, "max_step": 8}))
-    for option in (["--config", str(config)], [f"--config={config}"]):
+    for option in (["--recipe", str(config)], [f"--recipe={config}"]):
         with pytest.raises(ValueError, match="'max_step'"):
             train.parse_args([*option, "--output_dir", str(tmp_path / "run")])
 
@@ -269,7 +269,7 @@ def test_cpu_float32_options_apply_when_the_run_trains_in_float32_on_a_cpu(tmp_p
     )
 
     def parse(*extra):
-        argv = ["--config", str(config), "--output_dir", str(tmp_path / "run"), "--report_to", "none", *extra]
+        argv = ["--recipe", str(config), "--output_dir", str(tmp_path / "run"), "--report_to", "none", *extra]
         model_args, _, _, _, training_args = train.parse_args(argv)
         return training_args.subword_split, model_args.dropout, getattr(training_args, "preset_cpu_float32", None)
 
@@ -299,7 +299,7 @@ def test_a_float32_cpu_run_trains_with_the_cpu_float32_options_and_records_them(
     )
     extra = ["--max_steps", "2", "--test_split", "", "--plots", "false", "--max_train_samples", "300", *command_line]
     with caplog.at_level(logging.INFO, logger="vanilla_transformer.training.command"):
-        results = train.train(["--config", str(config), *_args(data_dir, tmp_path / "run", *extra, "--bf16", "false")])
+        results = train.train(["--recipe", str(config), *_args(data_dir, tmp_path / "run", *extra, "--bf16", "false")])
     assert results["training"]["precision"]["cpu_float32_options"] == options
     hyperparameters = results["training"]["hyperparameters"]
     smoothing = 0.3 if command_line else 0.2
@@ -326,7 +326,7 @@ def test_bad_cpu_float32_options_are_named(tmp_path, options, match):
     config = tmp_path / "preset.json"
     config.write_text(json.dumps({"max_steps": 7, "cpu_float32": options}))
     with pytest.raises(ValueError, match=match):
-        train.parse_args(["--config", str(config), "--output_dir", str(tmp_path / "run")])
+        train.parse_args(["--recipe", str(config), "--output_dir", str(tmp_path / "run")])
 
 
 def test_an_earlier_run_in_the_output_dir_is_refused_resumed_or_overwritten(data_dir, tmp_path):

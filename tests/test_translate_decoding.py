@@ -40,7 +40,7 @@ def run(path, lines, tmp_path, *options) -> list[str]:
     source, target = tmp_path / "in.en", tmp_path / "out.de"
     source.write_text("\n".join(lines) + "\n", encoding="utf-8")
     argv = ["translate", "--model", str(path), "--input", str(source), "--output", str(target), "--device", "cpu"]
-    assert main([*argv, "--batch-size", "4", *options]) == 0
+    assert main([*argv, "--batch_size", "4", *options]) == 0
     return target.read_text(encoding="utf-8").splitlines()
 
 
@@ -70,10 +70,10 @@ def alone(model, tokenizer, line, **kwargs):
 def test_n_best_lines_carry_generates_scores(checkpoint, sentences, tmp_path, form):
     path, model, tokenizer = checkpoint
     lines = [sentences[0], "", *sentences[1:5]]
-    options = ["--n-best", "3", "--beams", "4", "--length-penalty", "1.0"]
+    options = ["--n_best", "3", "--num_beams", "4", "--length_penalty", "1.0"]
     kwargs = dict(num_beams=4, length_penalty=1.0, num_return_sequences=3)
     if form:
-        options += ["--length-penalty-form", form]
+        options += ["--length_penalty_form", form]
         kwargs["length_penalty_form"] = form
     got = [line.split("\t") for line in run(path, lines, tmp_path, *options)]
     assert len(got) == 3 * len(lines) and all(len(fields) == 3 for fields in got)
@@ -101,12 +101,12 @@ def test_penalty_options_are_generates(checkpoint, sentences, tmp_path):
 
 def test_sampling_is_reproducible_with_a_seed(checkpoint, sentences, tmp_path):
     path, _, _ = checkpoint
-    first = run(path, sentences, tmp_path, "--temperature", "1.5", "--top-k", "20", "--seed", "3")
-    assert first == run(path, sentences, tmp_path, "--temperature", "1.5", "--top-k", "20", "--seed", "3")
-    greedy = run(path, sentences, tmp_path, "--beams", "1")
+    first = run(path, sentences, tmp_path, "--temperature", "1.5", "--top_k", "20", "--seed", "3")
+    assert first == run(path, sentences, tmp_path, "--temperature", "1.5", "--top_k", "20", "--seed", "3")
+    greedy = run(path, sentences, tmp_path, "--num_beams", "1")
     assert first != greedy  # it does sample
     scored = [
-        line.split("\t") for line in run(path, sentences[:2], tmp_path, "--sample", "--seed", "1", "--n-best", "2")
+        line.split("\t") for line in run(path, sentences[:2], tmp_path, "--sample", "--seed", "1", "--n_best", "2")
     ]
     assert len(scored) == 4 and all(float(score) <= 0 for _, score, _ in scored)
 
@@ -114,9 +114,9 @@ def test_sampling_is_reproducible_with_a_seed(checkpoint, sentences, tmp_path):
 def test_every_command_spells_the_options_alike():
     parser = build_parser()
     spellings = {
-        "beams": (["--beams", "3"], ["--num-beams", "3"], ["--num_beams", "3"], ["--beam", "3"]),
-        "length_penalty": (["--length-penalty", "0.6"], ["--length_penalty", "0.6"], ["--lenpen", "0.6"]),
-        "length_penalty_form": (["--length-penalty-form", "gnmt"], ["--length_penalty_form", "gnmt"]),
+        "num_beams": (["--num_beams", "3"], ["--num-beams", "3"], ["--beams", "3"], ["--beam", "3"]),
+        "length_penalty": (["--length_penalty", "0.6"], ["--length-penalty", "0.6"], ["--lenpen", "0.6"]),
+        "length_penalty_form": (["--length_penalty_form", "gnmt"], ["--length-penalty-form", "gnmt"]),
     }
     commands = {
         "translate": ["translate", "--model", "m"],
@@ -128,7 +128,7 @@ def test_every_command_spells_the_options_alike():
         for dest, forms in spellings.items():
             values = {getattr(parser.parse_args([*command, *form]), dest) for form in forms}
             assert len(values) == 1 and None not in values, (command, dest)
-    for form in (["--n-best", "2"], ["--n_best", "2"], ["--nbest", "2"]):
+    for form in (["--n_best", "2"], ["--n-best", "2"], ["--nbest", "2"]):
         assert parser.parse_args([*commands["translate"], *form]).n_best == 2
     for command in ("translate", "attention"):
         args = parser.parse_args([*commands[command], "--max_new_tokens", "7", "--top_p", "0.9", "--top-k", "5"])
@@ -138,16 +138,16 @@ def test_every_command_spells_the_options_alike():
 @pytest.mark.parametrize(
     "options, flag, message",
     [
-        (["--n-best", "5", "--beams", "4"], "--n-best 5", "is more than --beams 4"),
-        (["--n-best", "5"], "--n-best 5", "is more than the beam size 4 (the model's generation config"),
-        (["--n-best", "0"], "--n-best", "must be at least 1"),
-        (["--length-penalty", "-0.5", "--length-penalty-form", "gnmt"], "--length-penalty -0.5", "alpha >= 0"),
-        (["--length-penalty", "nan"], "--length-penalty", "finite"),
-        (["--length-penalty-form", "wu"], "--length-penalty-form", "invalid choice: 'wu'"),
-        (["--temperature", "0.7", "--beams", "4"], "--temperature", "--beams is for beam search"),
-        (["--top-p", "0.9", "--length-penalty", "1.0"], "--top-p", "--length-penalty is for beam search"),
-        (["--sample", "--length-penalty-form", "gnmt"], "--sample", "--length-penalty-form is for beam search"),
-        (["--top-p", "1.5"], "--top-p", "must be in (0, 1]"),
+        (["--n_best", "5", "--num_beams", "4"], "--n_best 5", "is more than --num_beams 4"),
+        (["--n_best", "5"], "--n_best 5", "is more than the beam size 4 (the model's generation config"),
+        (["--n_best", "0"], "--n_best", "must be at least 1"),
+        (["--length_penalty", "-0.5", "--length_penalty_form", "gnmt"], "--length_penalty -0.5", "alpha >= 0"),
+        (["--length_penalty", "nan"], "--length_penalty", "finite"),
+        (["--length_penalty_form", "wu"], "--length_penalty_form", "invalid choice: 'wu'"),
+        (["--temperature", "0.7", "--num_beams", "4"], "--temperature", "--num_beams is for beam search"),
+        (["--top_p", "0.9", "--length_penalty", "1.0"], "--top_p", "--length_penalty is for beam search"),
+        (["--sample", "--length_penalty_form", "gnmt"], "--sample", "--length_penalty_form is for beam search"),
+        (["--top_p", "1.5"], "--top_p", "must be in (0, 1]"),
         (["--temperature", "0"], "--temperature", "must be above 0"),
         (["--seed", "1"], "--seed", "is for sampling"),
     ],
@@ -178,21 +178,24 @@ def test_a_saved_negative_gnmt_alpha_is_one_line(checkpoint, tmp_path, capsys):
 @pytest.mark.parametrize(
     "argv, message",
     [
-        (["attention", "--model", "m", "A man.", "--output", "a.png", "--top-k", "5", "--beams", "2"], "--top-k"),
+        (["attention", "--model", "m", "A man.", "--output", "a.png", "--top_k", "5", "--num_beams", "2"], "--top_k"),
         (
-            ["attention", "--model", "m", "A man.", "--output", "a.png", "--target", "Ein Mann.", "--beams", "2"],
+            ["attention", "--model", "m", "A man.", "--output", "a.png", "--target", "Ein Mann.", "--num_beams", "2"],
             "--target",
         ),
-        (["demo", "--model", "m/n", "--write-space", "space", "--beams", "2"], "decoding options are for the page"),
         (
-            ["translate", "--model", "m", "--engine", "ctranslate2", "--length-penalty-form", "gnmt"],
+            ["demo", "--model", "m/n", "--write_space", "space", "--num_beams", "2"],
+            "decoding options are for the page",
+        ),
+        (
+            ["translate", "--model", "m", "--engine", "ctranslate2", "--length_penalty_form", "gnmt"],
             "gnmt: CTranslate2",
         ),
         (
-            ["translate", "--model", "m", "--engine", "ctranslate2", "--n-best", "2"],
-            "--n-best is for --engine transformers",
+            ["translate", "--model", "m", "--engine", "ctranslate2", "--n_best", "2"],
+            "--n_best is for --engine transformers",
         ),
-        (["translate", "--model", "m", "--engine", "ctranslate2", "--top-p", "0.5"], "is for --engine transformers"),
+        (["translate", "--model", "m", "--engine", "ctranslate2", "--top_p", "0.5"], "is for --engine transformers"),
     ],
 )
 def test_other_commands_refuse_what_cannot_work(argv, message, capsys):
@@ -209,7 +212,7 @@ def test_ctranslate2_export_of_a_gnmt_model(checkpoint, sentences, tmp_path, cap
     config_file = gnmt / "generation_config.json"
     config_file.write_text(json.dumps({**json.loads(config_file.read_text()), "length_penalty_form": "gnmt"}))
     status, err = status_and_error(capsys, ["export", "ctranslate2", str(gnmt), str(tmp_path / "refused")])
-    assert status == 2 and "gnmt length penalty" in err and "--length-penalty-form length" in err, err
+    assert status == 2 and "gnmt length penalty" in err and "--length_penalty_form length" in err, err
     assert not (tmp_path / "refused").exists()
     export = tmp_path / "ct2"
     argv = [
@@ -217,17 +220,17 @@ def test_ctranslate2_export_of_a_gnmt_model(checkpoint, sentences, tmp_path, cap
         "ctranslate2",
         str(gnmt),
         str(export),
-        "--length-penalty-form",
+        "--length_penalty_form",
         "length",
-        "--length-penalty",
+        "--length_penalty",
         "1.0",
     ]
     assert main(argv) == 0
     capsys.readouterr()
     settings = json.loads((export / "vanilla_transformer_ct2.json").read_text())
     assert (settings["length_penalty"], settings["length_penalty_form"]) == (1.0, "length")
-    # The engine's --length-penalty is generate's (length form).
-    ct2 = run(export, sentences, tmp_path, "--engine", "ctranslate2", "--length-penalty", "1.5")
+    # The engine's --length_penalty is generate's (length form).
+    ct2 = run(export, sentences, tmp_path, "--engine", "ctranslate2", "--length_penalty", "1.5")
     want = [alone(model, tokenizer, s, length_penalty=1.5)[0][1] for s in sentences]
     assert ct2 == want
 

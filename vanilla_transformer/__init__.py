@@ -5,16 +5,14 @@ Importing the package registers the config and the models with `AutoConfig`, `Au
 `push_to_hub` writes `auto_map` and copies the modeling code: the checkpoint then loads with
 `trust_remote_code=True` where this package is not installed.
 
-One exception: when the process is this package's own command line (`vanilla-transformer`, `python -m
-vanilla_transformer.cli` / `.training.command`, or the repository's `train.py`), registering (which imports torch and
-transformers, seconds of start-up: `bench/cli_help_times.py`) waits until a command runs, so that `--help` and
-argument errors answer at once. The classes are loaded on first use either way.
+Registering imports torch and transformers (seconds). The one import that defers it is the console script's
+(`vanilla_transformer_cli.py`, beside this package): it sets REGISTER_LATER while it imports the package, so that
+`vanilla-transformer --help` and argument errors answer without them, and the command line registers once its options
+are parsed. The classes are loaded on first use either way.
 """
 
 import os
-import sys
 from importlib import import_module
-from pathlib import Path
 
 
 # Public name -> the module that defines it.
@@ -27,7 +25,8 @@ _EXPORTS = {
     "shipped_model_path": "translation.shipped",
     "shipped_models": "translation.shipped",
 }
-COMMAND_LINE_MODULES = ("vanilla_transformer.cli", "vanilla_transformer.training.command", "vanilla_transformer")
+# The environment variable the console script sets to "1" while it imports the package (and removes after).
+REGISTER_LATER = "VANILLA_TRANSFORMER_REGISTER_LATER"
 _registered = False
 
 
@@ -59,20 +58,7 @@ def __getattr__(name: str):
     return value
 
 
-def _started_as_the_command_line() -> bool:
-    """Whether this process's main program is the package's command line: the console script, `python -m` of one of
-    `COMMAND_LINE_MODULES`, or the repository's `train.py` beside this package (and no other script)."""
-    program = sys.argv[0] if sys.argv else ""
-    if os.path.basename(program).removesuffix(".exe") == "vanilla-transformer":
-        return True
-    orig = list(getattr(sys, "orig_argv", []))
-    if program == "-m" and "-m" in orig[:-1]:  # runpy imports the package while argv[0] is "-m"
-        return orig[orig.index("-m") + 1] in COMMAND_LINE_MODULES
-    here = Path(__file__).resolve().parent
-    return bool(program) and Path(program).resolve() == here.parent / "train.py"
-
-
-if not _started_as_the_command_line():
+if os.environ.get(REGISTER_LATER) != "1":
     register()
 
 __all__ = [*_EXPORTS, "register"]

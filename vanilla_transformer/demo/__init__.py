@@ -1,7 +1,7 @@
 """The web demo package: a Gradio page that translates what a visitor types and shows how the model got there.
 
     vanilla-transformer demo --model runs/en-de            # http://127.0.0.1:7860
-    vanilla-transformer demo --model your-name/transformer-en-de --write-space space/ --requirement SPEC
+    vanilla-transformer demo --model your-name/transformer-en-de --write_space space/ --requirement SPEC
     vanilla-transformer demo --model runs/en-de --compare runs/en-de/averaged   # two models side by side
 
 Its parts: `computation.py` computes (the translation, its attention, the decoding steps, the word alignment: data,
@@ -9,7 +9,7 @@ no HTML), `views.py` renders that as HTML from the Jinja2 templates in `template
 `page.py` wires both into Gradio (`build_demo`, `launch_demo`), `space.py` writes a Hugging Face Space that runs it.
 
 See docs/demo.md for what each view shows. The page has five views of one translation, all read from one call of
-`attention_figures.attention_weights` (the same function as the `attention` figures, so the page and the figures
+`evaluation.attention.attention_weights` (the same function as the `attention` figures, so the page and the figures
 cannot disagree):
   * the translation, by default with the model's generation config (beam and length penalty as the model saved
     them: docs/model.md), or greedy, another beam size / length penalty, or sampling;

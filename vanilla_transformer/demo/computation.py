@@ -1,5 +1,5 @@
 """What the web demo computes for one input, with no HTML and no Gradio: the source cut to the model's limit, the
-translation with the decoding a visitor chose, its attention (`attention_figures.attention_weights`), the beam search
+translation with the decoding a visitor chose, its attention (`evaluation.attention.attention_weights`), the beam search
 step by step, and the word alignment read from the cross-attention.
 
 `views.py` turns these results into the page's HTML (templates/), `page.py` wires them into Gradio.

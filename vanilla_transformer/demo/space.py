@@ -9,7 +9,7 @@ from pathlib import Path
 
 SPACE_APP = '''"""A Gradio Space running the vanilla-transformer demo for the model {repo_id!r}.
 
-Written by `vanilla-transformer demo --write-space`; see docs/demo.md of vanilla-transformer.
+Written by `vanilla-transformer demo --write_space`; see docs/demo.md of vanilla-transformer.
 """
 
 from vanilla_transformer.demo import build_demo, launch_demo
@@ -68,7 +68,7 @@ def space_requirement(requirement: str | None = None) -> str:
         url = repository_url()
         if url is None:
             raise ValueError(
-                "--write-space needs --requirement: vanilla-transformer is not on PyPI and this installation records "
+                "--write_space needs --requirement: vanilla-transformer is not on PyPI and this installation records "
                 "no repository URL, so say how the Space installs it, e.g. --requirement "
                 "'vanilla-transformer[demo] @ git+https://github.com/YOUR_NAME/vanilla-transformer'."
             )
@@ -89,7 +89,7 @@ def write_space(directory, repo_id: str, *, revision: str | None = None, require
         )
     path = Path(directory)
     if path.exists() and (not path.is_dir() or any(path.iterdir())):
-        raise ValueError(f"--write-space {str(directory)!r} exists and is not an empty directory: pass a new one.")
+        raise ValueError(f"--write_space {str(directory)!r} exists and is not an empty directory: pass a new one.")
     requirement = space_requirement(requirement)
     try:
         from importlib.metadata import version

@@ -49,6 +49,7 @@ from huggingface_hub import HfApi, constants
 from huggingface_hub.errors import HfHubHTTPError
 from huggingface_hub.utils import get_token
 
+from ..configuration_vanilla_transformer import VanillaTransformerConfig
 from ..training.checkpoints import TRAINING_STATE_FILES
 from ..translation.shipped import PRETRAINED_DIR
 
@@ -56,7 +57,7 @@ from ..translation.shipped import PRETRAINED_DIR
 logger = logging.getLogger(__name__)
 
 DEFAULT_COMMIT_MESSAGE = "Upload model trained with vanilla-transformer"
-MODEL_TYPE = "vanilla-transformer"  # VanillaTransformerConfig.model_type (not imported: no torch needed here)
+MODEL_TYPE = VanillaTransformerConfig.model_type
 
 SAFE_WEIGHTS_NAME = constants.SAFETENSORS_SINGLE_FILE  # model.safetensors
 SAFE_WEIGHTS_INDEX_NAME = constants.SAFETENSORS_INDEX_FILE  # model.safetensors.index.json

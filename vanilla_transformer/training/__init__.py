@@ -1,7 +1,7 @@
 """The training command (`vanilla-transformer train`) and the paper's recipe (section 5) on the Hugging Face Trainer.
 
 - `command.py`: the command: options -> data -> tokenizer -> model -> Trainer -> report;
-- `options.py`: the options (dataclasses that validate themselves), the recipes of `recipes/` (`--config`), the
+- `options.py`: the options (dataclasses that validate themselves), the recipes of `recipes/` (`--recipe`), the
   grouped `--help`;
 - `trainer.py`: `VanillaTransformerTrainer`, the `Seq2SeqTrainer` with the schedule, the loss normalisation, token
   batches and evaluation; `schedule.py`: the warm-up schedule (section 5.3);

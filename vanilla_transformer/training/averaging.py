@@ -10,15 +10,14 @@ tokenizer and remote-code files of the newest input checkpoint (training state s
 left out). Tied weights are stored once by `save_pretrained` (`model.shared.weight`; the lm_head and the
 two embeddings are re-tied on load), so they are averaged once, and the output keeps that layout.
 
-Command line:
+The command (its parser and function are at the end of this module):
 
-    python -m vanilla_transformer.training.averaging RUN_DIR --last 5 --output OUT
-    python -m vanilla_transformer.training.averaging --checkpoints RUN_DIR/checkpoint-800 RUN_DIR/checkpoint-1000 --output OUT
+    vanilla-transformer average RUN_DIR --last 5 --output OUT
+    vanilla-transformer average --checkpoints RUN_DIR/checkpoint-800 RUN_DIR/checkpoint-1000 --output OUT
 """
 
 from __future__ import annotations
 
-import argparse
 import fnmatch
 import json
 import logging
@@ -28,11 +27,12 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..command_line import positive_int
 from .checkpoints import TRAINING_STATE_FILES, complete_checkpoints  # training state: never copied into the average
 
 
-# torch and safetensors are imported inside the functions that use them: the command line imports this module for
-# `vanilla-transformer average --help`, which must answer at once.
+# torch and safetensors are imported inside the functions that use them: the command line imports this module to
+# build its parsers, and `--help` must answer at once.
 if TYPE_CHECKING:
     import torch
 
@@ -180,68 +180,63 @@ def average_checkpoints(checkpoint_dirs: list[str], output_dir: str) -> str:
     return str(output)
 
 
-def main(argv: list[str] | None = None, prog: str = "python -m vanilla_transformer.training.averaging") -> int:
-    """The averaging command line (`vanilla-transformer average` passes its own `prog`). Option errors are one line,
-    `PROG: error: ...` naming the option, exit status 2 (argparse's), checked before any weight is read."""
-    parser = argparse.ArgumentParser(
-        prog=prog,
-        description="Average the weights of the last checkpoints of a training run (paper, section 6.1).",
+def add_average_parser(commands) -> None:
+    """`vanilla-transformer average`: the last checkpoints of a run, or the ones named, into one model."""
+    a = commands.add_parser(
+        "average",
+        help="average the last checkpoints of a run (paper section 6.1)",
+        description="Average the weights of the last checkpoints of a training run (paper, section 6.1) into a "
+        "directory that loads with from_pretrained.",
     )
-    parser.add_argument("run_dir", nargs="?", help="the Trainer's output_dir, holding checkpoint-<step> directories")
-    parser.add_argument(
+    a.add_argument(
+        "run_dir", nargs="?", metavar="RUN_DIR", help="the Trainer's output_dir, holding checkpoint-<step> directories"
+    )
+    a.add_argument(
         "--last",
-        type=int,
+        type=positive_int,
         default=5,
         help="how many of the newest checkpoints (default 5, the paper's base models; 20 for big)",
     )
-    parser.add_argument("--checkpoints", nargs="+", help="explicit checkpoint directories instead of RUN_DIR --last")
-    parser.add_argument("--output", required=True, help="directory to write the averaged model to")
+    a.add_argument("--checkpoints", nargs="+", help="explicit checkpoint directories instead of RUN_DIR --last")
+    a.add_argument("--output", required=True, help="directory to write the averaged model to")
+    a.set_defaults(func=cmd_average, command_parser=a)
 
-    def error(message: str):  # one line, without argparse's usage block
-        parser.exit(2, f"{prog}: error: {message}\n")
 
-    parser.error = error
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
+def cmd_average(args) -> int:
+    """Option errors are ValueErrors naming the option, found before any weight is read."""
     if (args.run_dir is None) == (args.checkpoints is None):
-        error("give either RUN_DIR (with --last) or --checkpoints, not both or neither")
+        raise ValueError("give either RUN_DIR (with --last) or --checkpoints, not both or neither")
     if args.checkpoints:
         missing = [path for path in args.checkpoints if not Path(path).is_dir()]
         if missing:
-            error(f"--checkpoints {missing[0]!r} is not a directory: pass checkpoint-<step> directories of one run.")
+            raise ValueError(
+                f"--checkpoints {missing[0]!r} is not a directory: pass checkpoint-<step> directories of one run."
+            )
         checkpoints = args.checkpoints
     else:
-        checkpoints = _last_checkpoints_of(args.run_dir, args.last, error)
+        checkpoints = _last_checkpoints_of(args.run_dir, args.last)
     if Path(args.output).resolve() in {Path(path).resolve() for path in checkpoints}:
-        error(f"--output {args.output!r} is one of the checkpoints averaged: write the average elsewhere.")
-    try:
-        print(average_checkpoints(checkpoints, args.output))
-    except ValueError as failure:  # checkpoints that cannot be averaged together (different models, no safetensors)
-        error(str(failure))
+        raise ValueError(f"--output {args.output!r} is one of the checkpoints averaged: write the average elsewhere.")
+    logger.setLevel(logging.INFO)  # its line naming the checkpoints averaged
+    print(average_checkpoints(checkpoints, args.output))
     return 0
 
 
-def _last_checkpoints_of(run_dir: str, last: int, error) -> list[str]:
-    """`last_checkpoints`, with the command line's messages (RUN_DIR, --last) passed to `error`."""
-    if last < 1:
-        error(f"--last must be at least 1 (the number of checkpoints to average), got {last}.")
+def _last_checkpoints_of(run_dir: str, last: int) -> list[str]:
+    """`last_checkpoints`, with the command line's messages (RUN_DIR, --last)."""
     if not Path(run_dir).is_dir():
-        error(f"RUN_DIR {run_dir!r}: no such directory. Pass the output directory of a training run.")
+        raise ValueError(f"RUN_DIR {run_dir!r}: no such directory. Pass the output directory of a training run.")
     checkpoints = complete_checkpoints(run_dir)
     if not checkpoints:
         held = sorted(child.name for child in Path(run_dir).iterdir())
-        error(
+        raise ValueError(
             f"RUN_DIR {run_dir!r} holds no `checkpoint-<step>` directory whose save finished (it holds "
             f"{', '.join(held[:8]) + (', ...' if len(held) > 8 else '') if held else 'nothing'}): pass it once "
             f"training has saved checkpoints there, or name checkpoint directories with --checkpoints."
         )
     if last > len(checkpoints):
-        error(
+        raise ValueError(
             f"--last {last} but RUN_DIR {run_dir!r} holds only {len(checkpoints)} checkpoints whose save finished "
             f"({', '.join(Path(path).name for path in checkpoints)}): pass --last {len(checkpoints)} or fewer."
         )
     return checkpoints[-last:]
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,8 +1,8 @@
 """`vanilla-transformer train`: train the Transformer of "Attention Is All You Need" with the paper's recipe
 (section 5) on the Hugging Face Trainer.
 
-    vanilla-transformer train --config multi30k_en_de_cpu --dataset DATA_DIR         # one CPU, about an hour
-    accelerate launch -m vanilla_transformer.training.command --config wmt14_en_de_base         # several GPUs or machines
+    vanilla-transformer train --recipe multi30k_en_de_cpu --dataset DATA_DIR         # one CPU, about an hour
+    accelerate launch -m vanilla_transformer.training.command --recipe wmt14_en_de_base         # several GPUs or machines
     python -m vanilla_transformer.training.command ...  /  python train.py ...  (in a clone)    # the same command
 
 The steps, each a function below or in `vanilla_transformer.training`: parse and check the options
@@ -90,7 +90,7 @@ def _train(argv: list[str] | None) -> dict:
     raw = load_data(data_args)  # checked before anything is written: files, line counts, languages, splits
     train_pairs = len(raw["train"])
     if training_args.recipe["default"] and default_recipe(train_pairs) != training_args.recipe["config"]:
-        # No --config, and a corpus of another size than the recipe assumed before the data was read: its recipe.
+        # No --recipe, and a corpus of another size than the recipe assumed before the data was read: its recipe.
         # The data options come from the command line either way, so the data read stays valid.
         model_args, data_args, tok_args, run_args, training_args = parse_args(argv, train_pairs=train_pairs)
     out_dir = Path(training_args.output_dir)
@@ -127,10 +127,10 @@ def _train(argv: list[str] | None) -> dict:
 
 
 def log_recipe(training_args, run_args: RunArguments, train_pairs: int) -> None:
-    """Say which recipe the run trains with when no --config chose one, and a warm-up fitted to the run's budget."""
+    """Say which recipe the run trains with when no --recipe chose one, and a warm-up fitted to the run's budget."""
     if training_args.recipe["default"]:
         logger.info(
-            "No --config: the recipe %r, the default for a training split of %s pairs (%r from %s pairs on; "
+            "No --recipe: the recipe %r, the default for a training split of %s pairs (%r from %s pairs on; "
             "docs/training.md); options on the command line win over it.",
             training_args.recipe["config"],
             f"{train_pairs:,}",

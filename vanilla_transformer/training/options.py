@@ -4,14 +4,17 @@ Five dataclasses, parsed by transformers' `HfArgumentParser` (as `run_translatio
 (`ModelArguments`), the data (`DataArguments`), the tokenizer (`TokenizerArguments`), the run's own
 (`RunArguments`: decoding, time limit, averaging, output) and `VanillaTrainingArguments`, the Trainer's
 `Seq2SeqTrainingArguments` re-defaulted to the paper's recipe (section 5) with the few fields it lacks. Each validates
-itself in `__post_init__`; `parse_args` adds what needs more than one of them, and the preset (`--config NAME` or a
-JSON file). `--help` lists the recipe's options in groups; `--help-all` adds the Trainer's ~110 others, still accepted.
-docs/training.md explains every option group.
+itself in `__post_init__`; `parse_args` adds what needs more than one of them, and the recipe (`--recipe NAME` or a
+JSON file; `--preset` is the model size). `--help` lists the recipe's options in groups; `--help_all` adds the
+Trainer's ~110 others, still accepted. Options are spelled as everywhere on the command line (command_line.py):
+underscores, hyphens accepted. docs/training.md explains every option group.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
+import dataclasses
 import difflib
 import json
 import logging
@@ -25,6 +28,8 @@ from types import SimpleNamespace
 import torch
 from transformers import HfArgumentParser, Seq2SeqTrainingArguments
 
+from .. import command_line
+from ..configuration_vanilla_transformer import PRESETS
 from ..translation.precision import bf16_support
 from .checkpoints import last_checkpoint
 
@@ -32,18 +37,14 @@ from .checkpoints import last_checkpoint
 logger = logging.getLogger(__name__)
 
 PRESETS_DIR = Path(__file__).resolve().parent / "recipes"  # shipped in the wheel
-MODEL_PRESETS = (
-    "small",
-    "base",
-    "big",
-)  # configuration_vanilla_transformer.PRESETS (not imported: no model code here)
+MODEL_PRESETS = tuple(PRESETS)  # --preset: the model sizes of the paper's Table 3, and the small one
 # A preset's key for options that replace its own when the run trains in float32 on a CPU (`bf16: "auto"` on a CPU
 # without native bfloat16, or bf16 off): the hour then trains on fewer tokens, and a short run wants other settings
 # (docs/model.md, "The cpu_float32 options").
 CPU_FLOAT32 = "cpu_float32"
 KEEP_CHECKPOINTS = ("averaged", "last", "all")  # --keep_checkpoints: see RunArguments
 LR_SCHEDULES = ("noam", "trainer")
-# The recipe of a run without --config, by the size of its training split (docs/training.md, "Without --config"):
+# The recipe of a run without --recipe, by the size of its training split (docs/training.md, "Without --recipe"):
 # the Multi30k presets' recipe less their data keys for a corpus of that kind of size, the same with the paper's
 # regularisation (label smoothing and dropout 0.1, no subword splitting) from LARGE_CORPUS pairs on.
 SMALL_CORPUS_RECIPE, LARGE_CORPUS_RECIPE = "own_data_small", "own_data_large"
@@ -54,7 +55,7 @@ WARMUP_SHARE = 0.2
 
 
 def default_recipe(train_pairs: int | None = None) -> str:
-    """The shipped preset a run without --config trains with: `own_data_large` for a training split of LARGE_CORPUS
+    """The shipped recipe a run without --recipe trains with: `own_data_large` for a training split of LARGE_CORPUS
     pairs or more, else `own_data_small` (also before the data is read, `train_pairs` None).
 
     Why the line is there: the Multi30k recipe regularises hard (label smoothing 0.2, dropout 0.15, subword
@@ -461,7 +462,7 @@ class VanillaTrainingArguments(Seq2SeqTrainingArguments):
 ARGUMENT_CLASSES = (ModelArguments, DataArguments, TokenizerArguments, RunArguments, VanillaTrainingArguments)
 
 # What `--help` shows of VanillaTrainingArguments (the recipe's options and the run's), by group and in this order;
-# the Trainer's other fields are listed by `--help-all` and accepted either way.
+# the Trainer's other fields are listed by `--help_all` and accepted either way.
 HELP_GROUPS = {
     "recipe (section 5; docs/model.md lists every departure from the paper)": (
         "max_tokens",
@@ -559,8 +560,12 @@ IGNORED_UNLESS = {
 
 
 class HelpFormatter(argparse.HelpFormatter):
-    """One spelling per option (`--max_tokens N`; the `--max-tokens` alias still parses), and the default only where
-    there is one."""
+    """One spelling per option (`--max_tokens N`; the `--max-tokens` alias still parses), no `--no_plots` (`--plots
+    false` says the same), and the default only where there is one."""
+
+    def add_argument(self, action):
+        if not any(flag.startswith("--no_") for flag in action.option_strings):
+            super().add_argument(action)
 
     def _format_action_invocation(self, action):
         if not action.option_strings:
@@ -579,15 +584,17 @@ class HelpFormatter(argparse.HelpFormatter):
         return help_text
 
 
-class ArgumentParser(HfArgumentParser):
-    """`HfArgumentParser` whose errors are one line naming the flag (no usage block), with a did-you-mean."""
+class ArgumentParser(command_line.ArgumentParser, HfArgumentParser):
+    """`HfArgumentParser` with the one spelling of every command (command_line.ArgumentParser: `--max-tokens` and
+    `--config` parse as `--max_tokens` and `--recipe`). Its errors are ValueErrors: `train` prints them as every
+    command prints its errors, one line `vanilla-transformer train: error: ...` naming the flag, exit status 2."""
 
     def error(self, message: str):
         raise ValueError(message)
 
 
 def preset_path(config: str) -> Path:
-    """The JSON file of `--config`: a shipped preset by name (`multi30k_en_de_cpu`), or a file."""
+    """The JSON file of `--recipe`: a shipped recipe by name (`multi30k_en_de_cpu`), or a file."""
     path = Path(config)
     if path.is_file():
         return path
@@ -599,7 +606,7 @@ def preset_path(config: str) -> Path:
     ):
         return shipped  # a name, or a path ending in the shipped `recipes/NAME.json` (or the old `configs/NAME.json`)
     names = ", ".join(shipped_presets())
-    raise ValueError(f"`config` {config!r} does not exist: it is neither a shipped preset ({names}) nor a JSON file.")
+    raise ValueError(f"--recipe {config!r} does not exist: it is neither a shipped recipe ({names}) nor a JSON file.")
 
 
 def shipped_presets() -> list[str]:
@@ -607,27 +614,27 @@ def shipped_presets() -> list[str]:
 
 
 def read_preset(config: str, known: set[str]) -> tuple[dict, dict]:
-    """(options, cpu_float32 options) of a preset file; an unknown key is an error with a did-you-mean."""
+    """(options, cpu_float32 options) of a recipe file; an unknown key is an error with a did-you-mean."""
     path = preset_path(config)
     try:
         options = json.loads(path.read_text(encoding="utf-8"))
     except ValueError as error:
-        raise ValueError(f"`config` {str(path)!r} is not valid JSON ({error}).") from None
+        raise ValueError(f"--recipe {str(path)!r} is not valid JSON ({error}).") from None
     if not isinstance(options, dict):
-        raise ValueError(f"`config` {str(path)!r} must hold a JSON object of options.")
+        raise ValueError(f"--recipe {str(path)!r} must hold a JSON object of options.")
     cpu_float32 = options.pop(CPU_FLOAT32, {})
     if not isinstance(cpu_float32, dict):
-        raise ValueError(f"`config` {str(path)!r}: {CPU_FLOAT32!r} must be an object of options, got {cpu_float32!r}.")
+        raise ValueError(f"--recipe {str(path)!r}: {CPU_FLOAT32!r} must be an object of options, got {cpu_float32!r}.")
     precision = {"bf16", "fp16", "use_cpu"}  # they decide whether the cpu_float32 options apply
     for key in sorted(set(cpu_float32) & precision):
         raise ValueError(
-            f"`config` {str(path)!r}: {key!r} in {CPU_FLOAT32!r}: the precision options cannot be set there (they "
+            f"--recipe {str(path)!r}: {key!r} in {CPU_FLOAT32!r}: the precision options cannot be set there (they "
             f"decide whether those options apply)."
         )
     for where, keys, allowed in (("", options, known), (f" in {CPU_FLOAT32!r}", cpu_float32, known)):
         for key in sorted(set(keys) - allowed):
             raise ValueError(
-                f"`config` {str(path)!r}: unknown option {key!r}{where}{did_you_mean(key, allowed) or '.'}"
+                f"--recipe {str(path)!r}: unknown option {key!r}{where}{did_you_mean(key, allowed) or '.'}"
             )
     return options, cpu_float32
 
@@ -637,65 +644,69 @@ def did_you_mean(name: str, candidates) -> str:
     return f"; did you mean {close[0]!r}?" if close else ""
 
 
+TRAINER_GROUP = "the Trainer's other options (Seq2SeqTrainingArguments)"
+
+
 def build_parser(show_all: bool = False) -> ArgumentParser:
-    """The parser of `train`: the recipe's options in groups; with `show_all`, the Trainer's others in a last group
-    (they are accepted either way)."""
+    """The parser of `train`, its option groups in the order `--help` lists them: the model's, the data's and the
+    tokenizer's (their dataclasses'), then HELP_GROUPS, then the Trainer's other options, listed with `show_all`
+    (accepted either way)."""
     parser = ArgumentParser(
-        ARGUMENT_CLASSES,
         prog="vanilla-transformer train",
-        usage="vanilla-transformer train [--config PRESET] [--dataset DATA] [--output_dir DIR] [OPTIONS]",
+        usage="vanilla-transformer train [--recipe RECIPE] [--dataset DATA] [--output_dir DIR] [OPTIONS]",
         description="Train the Transformer of 'Attention Is All You Need' with the paper's recipe (section 5) on the "
-        "Hugging Face Trainer. Options given on the command line win over the preset's; without --config the preset "
+        "Hugging Face Trainer. Options given on the command line win over the recipe's; without --recipe the recipe "
         f"is {SMALL_CORPUS_RECIPE} ({LARGE_CORPUS_RECIPE} for a training split of {LARGE_CORPUS:,} pairs or more).",
-        epilog="Presets shipped: " + ", ".join(shipped_presets()) + ". `--config PRESET --help` shows the preset's "
-        "values as the defaults (without --config, those of the small-corpus recipe). docs/training.md explains every "
+        epilog="Recipes shipped: " + ", ".join(shipped_presets()) + ". `--recipe RECIPE --help` shows the recipe's "
+        "values as the defaults (without --recipe, those of the small-corpus recipe). docs/training.md explains every "
         "option group.",
         allow_abbrev=False,
         formatter_class=HelpFormatter,
     )
-    general = parser._action_groups[1]  # argparse's "options": -h and VanillaTrainingArguments' fields
-    parser.add_argument("--config", default=None, metavar="PRESET", help="A shipped preset by name, or a JSON file.")
-    parser.add_argument("--help-all", action="store_true", help="Show the Trainer's other options too, and exit.")
-    by_dest = {}
-    for action in parser._actions:  # the first action of each destination (`--plots`, not `--no_plots`)
-        by_dest.setdefault(action.dest, action)
-    first_own = parser._action_groups.index(general) + 1
-    # Regroup the Trainer's actions for display (argparse keeps the groups' lists in these private attributes).
-    for position, (title, names) in enumerate(HELP_GROUPS.items()):
+    parser.dataclass_types = list(ARGUMENT_CLASSES)  # what parse_args_into_dataclasses builds; options added below
+    parser.add_argument(
+        "--recipe",
+        default=None,
+        metavar="RECIPE",
+        help="A shipped recipe by name (training/recipes/), or a JSON file of options. Not --preset: the model size.",
+    )
+    parser.add_argument("--help_all", action="store_true", help="Show the Trainer's other options too, and exit.")
+    fields = {}
+    for cls in ARGUMENT_CLASSES:
+        hints = typing.get_type_hints(cls)
+        fields.update((f.name, (f, hints[f.name])) for f in dataclasses.fields(cls) if f.init)
+    listed = {name for names in HELP_GROUPS.values() for name in names}
+    groups = {
+        cls._argument_group_name: [f.name for f in dataclasses.fields(cls) if f.name not in listed]
+        for cls in (ModelArguments, DataArguments, TokenizerArguments)
+    }
+    groups.update(HELP_GROUPS)
+    grouped = {name for names in groups.values() for name in names}
+    groups[TRAINER_GROUP] = [name for name in fields if name not in grouped]
+    for title, names in groups.items():
         group = parser.add_argument_group(title)
         for name in names:
-            action = by_dest[name]
-            for other in parser._action_groups:
-                if action in other._group_actions:
-                    other._group_actions.remove(action)
-            group._group_actions.append(action)
-        parser._action_groups.remove(group)
-        parser._action_groups.insert(first_own + 3 + position, group)  # after model, data, tokenizer
-    for name, text in HELP_TEXTS.items():
-        by_dest[name].help = text
-    for action in parser._actions:
-        if any(flag.startswith("--no_") for flag in action.option_strings):
-            action.help = argparse.SUPPRESS  # `--no_plots`: `--plots false` says the same
-    keep = {"help", "config", "help_all"}
-    others = [a for a in general._group_actions if a.dest not in keep]
-    trainer = parser.add_argument_group("the Trainer's other options (Seq2SeqTrainingArguments)")
-    for action in others:
-        general._group_actions.remove(action)
-        trainer._group_actions.append(action)
-        if not show_all:
-            action.help = argparse.SUPPRESS
-    if not show_all:
-        parser._action_groups.remove(trainer)
-    # `--max_tokens none`: an optional number can be set back to None from the command line too.
-    hints = {name: hint for c in ARGUMENT_CLASSES for name, hint in typing.get_type_hints(c).items()}
-    optional = {name for name, hint in hints.items() if type(None) in typing.get_args(hint)}
-    for action in parser._actions:
-        if action.type in (int, float) and action.dest in optional:
-            action.type = _number_or_none(action.type)
+            _add_field(group, *fields[name], shown=show_all or title != TRAINER_GROUP)
     # Without an accelerator, say so to the Trainer: only then does it set up gloo data parallelism across the
     # processes of `accelerate launch --multi_gpu` / `torchrun` (otherwise each CPU process trains alone).
     parser.set_defaults(use_cpu=torch.accelerator.current_accelerator() is None)
     return parser
+
+
+def _add_field(group, field: dataclasses.Field, hint, shown: bool) -> None:
+    """One dataclass field as an option of `group`, the way HfArgumentParser makes one (`_parse_dataclass_field`,
+    its only way to add a single field: its public constructor adds each dataclass whole, to one group per class).
+    On a copy of the field, with HELP_TEXTS' help, no help where not `shown`, and `none` accepted for an optional
+    number (`--max_tokens none`)."""
+    field = copy.copy(field)
+    metadata = dict(field.metadata, help=HELP_TEXTS.get(field.name, field.metadata.get("help")))
+    if not shown:
+        metadata["help"] = argparse.SUPPRESS
+    field.metadata = metadata
+    kinds = typing.get_args(hint)
+    number = next((kind for kind in kinds if kind in (int, float)), None)
+    field.type = _number_or_none(number) if number and len(kinds) == 2 and type(None) in kinds else hint
+    HfArgumentParser._parse_dataclass_field(group, field)
 
 
 def _number_or_none(kind):
@@ -720,28 +731,30 @@ def trains_in_float32_on_cpu(bf16, fp16, use_cpu) -> bool:
 
 
 def _preparse(argv: list[str]) -> argparse.Namespace:
-    """`--config` and the precision options, read before the real parse: the preset gives the parser's defaults, and
-    the precision decides whether its `cpu_float32` options apply. None where not given."""
+    """`--recipe` and the precision options of `argv` (spelled the one way), read before the real parse: the recipe
+    gives the parser's defaults, and the precision decides whether its `cpu_float32` options apply. None where not
+    given."""
     pre = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
-    pre.add_argument("--config", default=None)
+    pre.add_argument("--recipe", default=None)
     for name in ("bf16", "fp16", "use_cpu"):
         pre.add_argument(f"--{name}", nargs="?", const="true", default=None)
     return pre.parse_known_args(argv)[0]
 
 
 def parse_args(argv: list[str] | None = None, train_pairs: int | None = None):
-    """The five dataclasses from the command line, a preset giving defaults that the command line overrides: the one
-    `--config` names, or without it the recipe for a corpus of `train_pairs` training pairs (`default_recipe`; the
+    """The five dataclasses from the command line, a recipe giving defaults that the command line overrides: the one
+    `--recipe` names, or without it the recipe for a corpus of `train_pairs` training pairs (`default_recipe`; the
     small-corpus one while that is unknown). A warm-up the command line does not set is fitted to the run's budget
-    (`fit_warmup`), and `--num_train_epochs` given without `--max_steps` counts (a preset's `max_steps` would
+    (`fit_warmup`), and `--num_train_epochs` given without `--max_steps` counts (a recipe's `max_steps` would
     override it). Every error is a ValueError whose message names the option in backticks (`as_flags` turns them
-    into flags); `--help` / `--help-all` print and exit."""
+    into flags); `--help` / `--help_all` print and exit."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser(show_all="--help-all" in argv)
-    known = {a.dest for a in parser._actions} - {"help", "config", "help_all"}
+    parser = build_parser(show_all="--help_all" in command_line.one_spelling(argv, ()))
+    argv = parser.one_spelling(argv)  # `--max-tokens` as `--max_tokens`, `--config` as `--recipe`
+    known = {f.name for cls in ARGUMENT_CLASSES for f in dataclasses.fields(cls) if f.init}
     given = _preparse(argv)
     on_command_line = given_options(argv)
-    config = given.config or default_recipe(train_pairs)
+    config = given.recipe or default_recipe(train_pairs)
     preset, cpu_float32 = read_preset(config, known)
     parser.set_defaults(**preset)
     precision = [
@@ -754,19 +767,19 @@ def parse_args(argv: list[str] | None = None, train_pairs: int | None = None):
         cpu_float32 = {}
     if "num_train_epochs" in on_command_line and "max_steps" not in on_command_line:
         parser.set_defaults(max_steps=-1)  # the Trainer lets a positive max_steps win over the epochs asked for
-    if "--help-all" in argv:
+    if "--help_all" in argv:
         parser.print_help()
         raise SystemExit(0)
     *parsed, _namespace, extra = parser.parse_args_into_dataclasses(args=argv, return_remaining_strings=True)
     if extra:
-        flags = [a for a in parser._option_string_actions if a.startswith("--")]
+        flags = [f"--{name}" for name in known | {"recipe", "help_all"}]
         unknown = next((a for a in extra if a.startswith("-")), extra[0])
         name = unknown.split("=", 1)[0]
         raise ValueError(f"unrecognized argument {unknown!r}{did_you_mean(name, flags) or '.'}")
     model_args, data_args, tok_args, run_args, training_args = parsed
     training_args.preset_cpu_float32 = cpu_float32 or None
     # Which recipe, and why: results.json records it, and `train` chooses again by corpus size once the data is read.
-    training_args.recipe = {"config": config, "default": given.config is None}
+    training_args.recipe = {"config": config, "default": given.recipe is None}  # results.json's key: "config"
     training_args.warmup_fitted = None
     if "warmup_steps" not in on_command_line:
         warmup = training_args.warmup_steps

@@ -53,9 +53,9 @@ CTranslate2 does. Checked by the tests: greedy and beam-4 tokens equal `generate
 
 **The GNMT penalty has no CTranslate2 counterpart.** CTranslate2 divides by length ** alpha only; a model whose
 generation config decodes with `length_penalty_form="gnmt"` (the WMT14 presets: the paper's decoding) is refused at
-export with a one-line error, unless the export is asked for the length form (`--length-penalty-form length`, and
-`--length-penalty`): its scores and, at times, its translations then differ from the model's own decoding, by choice.
-`translate --engine ctranslate2 --length-penalty-form gnmt` is refused likewise.
+export with a one-line error, unless the export is asked for the length form (`--length_penalty_form length`, and
+`--length_penalty`): its scores and, at times, its translations then differ from the model's own decoding, by choice.
+`translate --engine ctranslate2 --length_penalty_form gnmt` is refused likewise.
 
 **torch and CTranslate2 in one process.** Both ship their own OpenMP runtime. When torch is imported first,
 CTranslate2's threads run in torch's runtime and both are slower; `import_ctranslate2()` (used by everything here)
@@ -218,8 +218,8 @@ def _generation_settings(generation, tokenizer, source_limit: int, table_length:
     if form != "length" and (generation.num_beams or 1) > 1:
         raise ValueError(
             f"the model decodes with the {form} length penalty (generation_config.length_penalty_form={form!r}), "
-            "which CTranslate2 does not have (it divides by length ** alpha): export with --length-penalty-form length "
-            "(and --length-penalty ALPHA) to decode with that form, or translate with --engine transformers."
+            "which CTranslate2 does not have (it divides by length ** alpha): export with --length_penalty_form length "
+            "(and --length_penalty ALPHA) to decode with that form, or translate with --engine transformers."
         )
     early_stopping = getattr(generation, "early_stopping", True)
     if (generation.num_beams or 1) > 1 and early_stopping is not True:
@@ -232,7 +232,7 @@ def _generation_settings(generation, tokenizer, source_limit: int, table_length:
         raise ValueError(
             "the generation config sets no `source_length_offset` (or sets `max_new_tokens`): the export reproduces "
             "the model's rule 'at most source length + source_length_offset tokens' (section 6.1). Restore "
-            "generation_config.source_length_offset (50) and max_new_tokens=None, or pass --max-new-tokens when "
+            "generation_config.source_length_offset (50) and max_new_tokens=None, or pass --max_new_tokens when "
             "translating."
         )
     return {
@@ -266,7 +266,7 @@ def export_ctranslate2(
     compute type is chosen when loading, see `translate_ctranslate2`). The directory is written beside its final
     place and moved there when complete; an existing one is an error unless `force`.
     `decoding`: generation options written instead of the model's (`num_beams`, `length_penalty`,
-    `length_penalty_form`: `vanilla-transformer export ctranslate2 --beams --length-penalty --length-penalty-form`).
+    `length_penalty_form`: `vanilla-transformer export ctranslate2 --num_beams --length_penalty --length_penalty_form`).
     CTranslate2 has the length ** alpha penalty only: a model whose generation config has the GNMT form is refused
     (ValueError) unless `decoding` sets `length_penalty_form="length"`.
     """

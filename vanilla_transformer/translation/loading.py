@@ -86,7 +86,7 @@ def _cannot_load(model: str, error: Exception, option: str = "--model") -> Value
     code that needs `trust_remote_code`, ...)."""
     if "trust_remote_code" in str(error):
         return ValueError(
-            f"{option} {model!r} needs its own code, which this package does not provide: add --trust-remote-code "
+            f"{option} {model!r} needs its own code, which this package does not provide: add --trust_remote_code "
             f"if you trust the code of that checkpoint (read its .py files first)."
         )
     return ValueError(

@@ -1,0 +1,334 @@
+"""What every command of `vanilla-transformer` shares: the parser (one spelling of each option, one-line errors), the
+argparse types that check a value's range, the line files of `translate` and `score`, and the decoding options.
+
+One spelling: long options are written with underscores, as the Trainer's options and transformers' example scripts
+spell them (`--batch_size`, `--num_beams`, `--output_dir`). The parser also takes the same name with hyphens
+(`--batch-size`) and the older names of `ALIASES` (`--beams`), rewritten before parsing: they parse, and `--help`
+lists the one spelling only. This module imports only the standard library: the parsers are built without torch,
+transformers or huggingface_hub, so that `--help` answers at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import math
+import sys
+from pathlib import Path
+
+
+PROG = "vanilla-transformer"
+# Older names of options (earlier releases; fairseq-generate's `--beam`, `--lenpen`, `--nbest`), by the option each
+# now is: accepted by the commands that have that option, never shown.
+ALIASES = {
+    "--beams": "--num_beams",
+    "--beam": "--num_beams",
+    "--lenpen": "--length_penalty",
+    "--nbest": "--n_best",
+    "--do_sample": "--sample",
+    "--config": "--recipe",  # `train`: the recipe file, before it was told apart from --preset (the model size)
+}
+
+
+def one_spelling(argv: list[str], options) -> list[str]:
+    """`argv` with every long option written the one way: hyphens inside the name become underscores (`--batch-size`
+    -> `--batch_size`, also in `--batch-size=8`), and a name of `ALIASES` becomes its option where that option is one
+    of `options` (the parser's option strings). Arguments after `--` are left as they are."""
+    spelled = []
+    for position, arg in enumerate(argv):
+        if arg == "--":
+            return spelled + list(argv[position:])
+        if arg.startswith("--") and len(arg) > 2:
+            name, equals, value = arg.partition("=")
+            name = "--" + name[2:].replace("-", "_")
+            if ALIASES.get(name) in options:
+                name = ALIASES[name]
+            arg = name + equals + value
+        spelled.append(arg)
+    return spelled
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse's parser with the one spelling of long options (`one_spelling`), and its errors on one line
+    (`vanilla-transformer CMD: error: ...`, exit status 2) instead of the usage block: the message names the option,
+    and `--help` lists them all. The subcommands' parsers are of this class too (argparse makes them so)."""
+
+    def one_spelling(self, argv: list[str]) -> list[str]:
+        """`argv` spelled the one way, with the aliases of this parser's options (`one_spelling`)."""
+        return one_spelling(argv, self._option_string_actions)
+
+    def parse_known_args(self, args=None, namespace=None):
+        args = sys.argv[1:] if args is None else args
+        return super().parse_known_args(self.one_spelling(args), namespace)
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def unrecognized(parser: argparse.ArgumentParser, extras: list[str]) -> str:
+    """argparse's "unrecognized arguments" message, with the closest option of the command for each unknown flag."""
+    options = [option for action in parser._actions for option in action.option_strings]
+    hints = []
+    for extra in extras:
+        flag = extra.split("=", 1)[0]
+        close = difflib.get_close_matches(flag, options, n=1) if flag.startswith("-") else []
+        if close:
+            hints.append((flag, close[0]))
+    message = f"unrecognized arguments: {' '.join(extras)}"
+    if len(hints) == 1:
+        return f"{message} (did you mean {hints[0][1]}?)"
+    if hints:
+        return f"{message} (did you mean {', '.join(f'{close} for {flag}' for flag, close in hints)}?)"
+    return message
+
+
+# ------------------------------------------------------------------------------------------------ argparse types
+# Each checks one option's value as argparse reads it: a bad value is argparse's one-line error naming the option
+# ("argument --num_beams: must be at least 1, got 0"), before anything is loaded.
+
+
+def _number(kind, text: str):
+    try:
+        return kind(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"must be {'an integer' if kind is int else 'a number'}, got {text!r}"
+        ) from None
+
+
+def positive_int(text: str) -> int:
+    """An integer of at least 1 (a count: beams, sentences per batch, tokens)."""
+    value = _number(int, text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    """An integer of 0 or more (0 = off or all, as `--top_k 0`)."""
+    value = _number(int, text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return value
+
+
+def finite_float(text: str) -> float:
+    """A finite number (not nan or inf)."""
+    value = _number(float, text)
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """A finite number above 0 (a sampling temperature)."""
+    value = finite_float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be above 0, got {text}")
+    return value
+
+
+def probability(text: str) -> float:
+    """A probability in (0, 1] (nucleus sampling's mass)."""
+    value = _number(float, text)
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {text}")
+    return value
+
+
+# ------------------------------------------------------------------------------------------------ line files
+
+
+def read_lines(source: str, option: str = "--input") -> list[str]:
+    """The lines of `source` ("-" = stdin) decoded as UTF-8, split on "\\n" only, trailing "\\r" removed; errors
+    name `option`, the flag that gave `source`."""
+    if source == "-":
+        data = sys.stdin.buffer.read() if hasattr(sys.stdin, "buffer") else sys.stdin.read().encode("utf-8")
+        name = "standard input"
+    else:
+        path = Path(source)
+        if not path.is_file():
+            raise ValueError(
+                f"{option} {source!r} is not a file: pass a text file with one sentence per line, or '-' to read "
+                f"standard input."
+            )
+        data, name = path.read_bytes(), source
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise ValueError(f"{option} {name} is not UTF-8 ({error}): convert it, e.g. `iconv -t UTF-8`.") from None
+    if text.startswith("\ufeff"):  # a byte-order mark is not part of the first sentence
+        text = text[1:]
+    if not text:
+        return []
+    lines = text.split("\n")
+    if lines[-1] == "":  # the newline that ends the last line does not start another one
+        lines.pop()
+    return [line[:-1] if line.endswith("\r") else line for line in lines]
+
+
+def write_lines(target: str, lines: list[str]) -> None:
+    """Write one line per item ("-" = stdout), UTF-8, each ended by "\\n"."""
+    data = "".join(line.replace("\r", " ").replace("\n", " ") + "\n" for line in lines).encode("utf-8")
+    if target == "-":
+        buffer = getattr(sys.stdout, "buffer", None)
+        if buffer is None:
+            sys.stdout.write(data.decode("utf-8"))
+        else:
+            sys.stdout.flush()
+            buffer.write(data)
+            buffer.flush()
+        return
+    path = Path(target)
+    if path.parent and not path.parent.is_dir():
+        raise ValueError(f"--output {target!r}: the directory {str(path.parent)!r} does not exist; create it first.")
+    path.write_bytes(data)
+
+
+# ------------------------------------------------------------------------------------------------ model options
+
+
+def add_checkpoint_options(parser: argparse.ArgumentParser) -> None:
+    """The options of every command that loads a checkpoint (`load_model`): which revision, and whether its own code
+    may run."""
+    parser.add_argument("--revision", default=None, help="branch, tag or commit of a Hub repo (default: main)")
+    parser.add_argument(
+        "--trust_remote_code",
+        action="store_true",
+        help="allow running the model code stored in the checkpoint instead of this package's (needed only "
+        "for checkpoints whose code this package does not provide)",
+    )
+
+
+# ------------------------------------------------------------------------------------------------ decoding options
+
+# The length penalty's forms, as the model's generation config names them (`length_penalty_form`; the model code
+# defines them: modeling_vanilla_transformer.LENGTH_PENALTY_FORMS, not imported here so that --help stays fast).
+PENALTY_FORMS = ("length", "gnmt")
+SAMPLING_OPTIONS = (("--temperature", "temperature"), ("--top_k", "top_k"), ("--top_p", "top_p"))
+
+
+def add_decoding_options(
+    parser: argparse.ArgumentParser, *, n_best: bool = False, sampling: bool = True, max_new_tokens: bool = False
+) -> None:
+    """The decoding options, spelled alike in every command that decodes (`translate`, `attention`, `demo`,
+    `export`) and as `generate` names them: each defaults to the model's generation config."""
+    group = parser.add_argument_group("decoding (default: the model's generation config)")
+    group.add_argument("--num_beams", type=positive_int, default=None, metavar="N", help="beam size (1 = greedy)")
+    group.add_argument(
+        "--length_penalty",
+        type=finite_float,
+        default=None,
+        metavar="ALPHA",
+        help="length penalty alpha of beam search (the paper's 0.6; 0 = none)",
+    )
+    group.add_argument(
+        "--length_penalty_form",
+        choices=PENALTY_FORMS,
+        default=None,
+        help="how the penalty divides a hypothesis' log-probability: length = |Y|**alpha (transformers, fairseq, "
+        "CTranslate2); gnmt = ((5+|Y|)/6)**alpha (Wu et al. 2016: the paper's, tensor2tensor, OpenNMT-py wu)",
+    )
+    if max_new_tokens:
+        group.add_argument(
+            "--max_new_tokens",
+            type=positive_int,
+            default=None,
+            metavar="N",
+            help="at most N tokens per translation (default: the model's rule, source length + 50)",
+        )
+    if n_best:
+        group.add_argument(
+            "--n_best",
+            type=positive_int,
+            default=None,
+            metavar="N",
+            help="write the N best hypotheses of each sentence with their scores, one per line: the sentence's index "
+            "from 0, the score, the text, tab-separated (score: beam search's log P / length penalty; greedy and "
+            "sampling: log P); at most the beam size",
+        )
+    if sampling:
+        group.add_argument(
+            "--sample",
+            action="store_true",
+            help="sample each token instead of searching (also implied by --temperature, --top_k, --top_p)",
+        )
+        group.add_argument(
+            "--temperature", type=positive_float, default=None, metavar="T", help="sampling temperature (> 0)"
+        )
+        group.add_argument(
+            "--top_k",
+            type=non_negative_int,
+            default=None,
+            metavar="K",
+            help="sample from the K most likely tokens (0 = all)",
+        )
+        group.add_argument(
+            "--top_p",
+            type=probability,
+            default=None,
+            metavar="P",
+            help="sample from the smallest set of tokens of probability P (0 < P <= 1)",
+        )
+        group.add_argument("--seed", type=int, default=None, help="random seed of sampling (reproducible output)")
+
+
+def decoding_options(args) -> dict:
+    """The `generate` options that the decoding flags of `args` set ({} = the model's generation config), checked
+    together (each value alone is checked by its argparse type): a combination that cannot work is a ValueError
+    naming the flags, before anything is loaded."""
+    beams, alpha, form = args.num_beams, args.length_penalty, args.length_penalty_form
+    n_best = getattr(args, "n_best", None)
+    if form == "gnmt" and alpha is not None and alpha < 0:
+        raise ValueError(
+            f"--length_penalty {alpha} with --length_penalty_form gnmt: the GNMT penalty takes alpha >= 0 "
+            "(a negative alpha is for --length_penalty_form length, where it favours shorter hypotheses)."
+        )
+    if n_best is not None and beams is not None and n_best > beams:
+        raise ValueError(f"--n_best {n_best} is more than --num_beams {beams}: beam search keeps {beams} hypotheses.")
+    options = {}
+    sampling_given = [flag for flag, name in SAMPLING_OPTIONS if getattr(args, name, None) is not None]
+    if getattr(args, "sample", False) or sampling_given:
+        flag = sampling_given[0] if sampling_given else "--sample"
+        for other, value in (
+            ("--num_beams", beams if beams != 1 else None),
+            ("--length_penalty", alpha),
+            ("--length_penalty_form", form),
+        ):
+            if value is not None:
+                raise ValueError(
+                    f"{flag} samples one hypothesis token by token; {other} is for beam search: give one or the other."
+                )
+        options.update(do_sample=True, num_beams=1)
+        for _, name in SAMPLING_OPTIONS:
+            if getattr(args, name) is not None:
+                options[name] = getattr(args, name)
+    elif getattr(args, "seed", None) is not None:
+        raise ValueError(
+            "--seed is for sampling (--sample, --temperature, --top_k, --top_p): search is deterministic."
+        )
+    for name, value in (("num_beams", beams), ("length_penalty", alpha), ("length_penalty_form", form)):
+        if value is not None and name not in options:
+            options[name] = value
+    max_new_tokens = getattr(args, "max_new_tokens", None)
+    if max_new_tokens is not None:
+        options["max_new_tokens"] = max_new_tokens
+    return options
+
+
+def check_n_best(n_best: int | None, options: dict, generation_config) -> None:
+    """--n_best against the beam the model will search with (the flag's, else its generation config's)."""
+    if n_best is None or options.get("do_sample"):
+        return
+    beams = options.get("num_beams", generation_config.num_beams or 1)
+    if n_best > beams:
+        raise ValueError(
+            f"--n_best {n_best} is more than the beam size {beams} (the model's generation config; --num_beams sets "
+            f"it): beam search keeps {beams} hypotheses."
+        )
+
+
+def apply_decoding(generation_config, options: dict) -> None:
+    """Decoding flags into a model's generation config (for the commands that read it: `demo`, `export`)."""
+    for name, value in options.items():
+        setattr(generation_config, name, value)

@@ -1,0 +1,161 @@
+"""The evaluation commands of `vanilla-transformer`: `attention` (a figure of what the model attends to, the paper's
+Figures 3-5) and `score` (BLEU of a translation file), each as its parser beside the function that runs it.
+
+    vanilla-transformer attention --model runs/en-de "A man is riding a bicycle." --layer 4 --output cross.png
+    vanilla-transformer score --hypotheses newstest2014.hyp.de --references newstest2014.de --lang de
+
+The parsers are built without torch or matplotlib: the functions import what they run.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..command_line import add_checkpoint_options, add_decoding_options, decoding_options, read_lines
+from ..translation.shipped import resolve_model
+
+
+# ------------------------------------------------------------------------------------------------ attention
+
+
+def add_attention_parser(commands) -> None:
+    """`attention`: a figure of the model's attention weights for one sentence."""
+    a = commands.add_parser(
+        "attention",
+        help="draw what the model attends to (the paper's Figures 3-5) for one sentence",
+        description="Translate SOURCE (beam search) or take --target, and draw the model's attention weights into a "
+        "PNG: cross-attention as source x target heatmaps (one panel per head and their mean), or encoder / decoder "
+        "self-attention as lines between the tokens of the sentence written twice, one colour per head, as in the "
+        "paper's appendix. Layers and heads count from 0.",
+    )
+    a.add_argument("source", metavar="SOURCE", help="the source sentence")
+    a.add_argument(
+        "--model",
+        required=True,
+        type=resolve_model,
+        metavar="NAME_PATH_OR_REPO",
+        help="a shipped model's name, a checkpoint directory or a Hub repo id (with its tokenizer)",
+    )
+    a.add_argument("--output", required=True, metavar="FILE.png", help="where to write the figure (PNG, SVG, PDF)")
+    a.add_argument("--target", default=None, help="the translation to analyse (default: the model's own)")
+    a.add_argument(
+        "--kind",
+        default="cross",
+        choices=("cross", "encoder", "decoder"),
+        help="cross-attention (default), encoder or decoder self-attention",
+    )
+    a.add_argument(
+        "--layer",
+        type=int,
+        default=None,
+        metavar="L",
+        help="layer index from 0 (negative: from the last, -1 = last); default: every layer",
+    )
+    a.add_argument("--heads", default="all", metavar="all|0,3", help="heads to draw: 'all' (default) or indices")
+    a.add_argument("--device", default="auto", help="torch device: auto (default), cpu, cuda, mps")
+    add_decoding_options(a, max_new_tokens=True)  # for the model's translation (without --target)
+    add_checkpoint_options(a)
+    a.set_defaults(func=cmd_attention, command_parser=a)
+
+
+def cmd_attention(args) -> int:
+    from ..translation.loading import load_config, load_model
+    from .attention import (
+        DPI,
+        attention_weights,
+        draw_attention,
+        head_indices,
+        layer_indices,
+        require_matplotlib,
+        save_formats,
+    )
+
+    # Everything that can be checked without the weights is checked first: loading and translating take seconds.
+    try:
+        require_matplotlib()
+    except ImportError as error:
+        raise ValueError(str(error)) from None
+    options = decoding_options(args)
+    if args.target is not None and options:
+        raise ValueError("the decoding options are for the model's own translation: --target gives the translation.")
+    output = Path(args.output)
+    if not output.parent.is_dir():
+        raise ValueError(
+            f"--output {args.output!r}: the directory {str(output.parent)!r} does not exist; create it first."
+        )
+    formats = save_formats()
+    if output.suffix.lower().removeprefix(".") not in formats:
+        raise ValueError(
+            f"--output {args.output!r}: the file name must end in a format matplotlib writes: .png, .svg, .pdf "
+            f"(or {', '.join('.' + f for f in formats if f not in ('png', 'svg', 'pdf'))})."
+        )
+    # The layer and head counts are in the config: read without the weights.
+    config = load_config(args.model, revision=args.revision, trust_remote_code=args.trust_remote_code)
+    side = "encoder" if args.kind == "encoder" else "decoder"  # cross-attention is in the decoder's layers
+    for option, value, count, check in (
+        ("--layer", args.layer, getattr(config, f"{side}_layers", None), layer_indices),
+        ("--heads", args.heads, getattr(config, f"{side}_attention_heads", None), head_indices),
+    ):
+        if isinstance(count, int):  # a config of another kind names them otherwise: draw_attention checks them then
+            try:
+                check(count, value)
+            except ValueError as error:
+                raise ValueError(f"{option} {value}: {error}") from None
+    model, tokenizer = load_model(
+        args.model, revision=args.revision, device=args.device, trust_remote_code=args.trust_remote_code
+    )
+    if args.seed is not None:
+        import torch
+
+        torch.manual_seed(args.seed)
+    weights = attention_weights(model, tokenizer, args.source, args.target, **options)
+    draw_attention(weights, args.kind, args.layer, args.heads).savefig(output, dpi=DPI)
+    if weights.generated:
+        print(f"translation: {weights.translation}")
+    print(f"{args.kind} attention drawn in {output}")
+    return 0
+
+
+# ------------------------------------------------------------------------------------------------ score
+
+
+def add_score_parser(commands) -> None:
+    """`score`: BLEU of a translation file, sacreBLEU and the paper's tokenized BLEU."""
+    s = commands.add_parser(
+        "score",
+        help="BLEU of a translation file: sacreBLEU, and the paper's tokenized BLEU (--lang)",
+        description="Score one translation per line against one reference per line. sacreBLEU (cased, detokenized, "
+        "13a) is the figure this package reports; with --lang, also the paper's Table 2 method (Moses tokenizer, "
+        "compound words split, multi-bleu.perl: tokenized BLEU), which scores higher and is comparable only with "
+        "papers that used it (27.3 / 28.4 on newstest2014 EN-DE).",
+    )
+    s.add_argument("--hypotheses", required=True, metavar="FILE", help="translations, one per line ('-' = stdin)")
+    s.add_argument("--references", required=True, metavar="FILE", help="references, one per line, in the same order")
+    s.add_argument(
+        "--lang", default=None, metavar="CODE", help="target language (e.g. de): also print the paper-style BLEU"
+    )
+    s.set_defaults(func=cmd_score, command_parser=s)
+
+
+def cmd_score(args) -> int:
+    """BLEU of a translation file against its references: sacreBLEU (the figure this package reports), and with
+    `--lang` the paper's tokenized, compound-split BLEU (Table 2's method) beside it."""
+    hypotheses, references = (
+        read_lines(args.hypotheses, "--hypotheses"),
+        read_lines(args.references, "--references"),
+    )
+    if len(hypotheses) != len(references):
+        raise ValueError(
+            f"--hypotheses has {len(hypotheses)} lines and --references {len(references)}: line i of one must be "
+            f"the translation of line i of the other."
+        )
+    if not hypotheses:
+        raise ValueError("--hypotheses is empty: BLEU needs at least one sentence.")
+    from .bleu import compute_bleu, paper_style_bleu
+
+    sacre = compute_bleu(hypotheses, references)
+    print(f"sacreBLEU        {sacre['score']:.2f}  {sacre['signature']}")
+    if args.lang:
+        paper = paper_style_bleu(hypotheses, references, args.lang)
+        print(f"tokenized BLEU   {paper['score']:.2f}  {paper['method']} (the paper's Table 2)")
+    return 0
