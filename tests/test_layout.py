@@ -78,3 +78,64 @@ def test_training_functions_fit_in_a_read():
             if too_long and "long because" not in (ast.get_docstring(node) or ""):
                 long.append(f"{path.name}:{node.name}")
     assert long == []
+
+
+# docs/architecture.md's floors, lowest first: a module imports only from its own floor or those below it.
+FLOORS = {
+    "remote code": [
+        "vanilla_transformer.configuration_vanilla_transformer",
+        "vanilla_transformer.modeling_vanilla_transformer",
+        "vanilla_transformer.loss_vanilla_transformer",
+        "vanilla_transformer.pipeline_vanilla_transformer",
+    ],
+    "library": [
+        "vanilla_transformer.data",
+        "vanilla_transformer.translation.loading",
+        "vanilla_transformer.translation.shipped",
+        "vanilla_transformer.translation.translate",
+        "vanilla_transformer.translation.precision",
+        "vanilla_transformer.evaluation.bleu",
+        "vanilla_transformer.evaluation.attention",
+        "vanilla_transformer.evaluation.metrics_sacrebleu",
+        "vanilla_transformer.training.checkpoints",
+        "vanilla_transformer.command_line",
+    ],
+    "tools": [
+        "vanilla_transformer.training",
+        "vanilla_transformer.hub",
+        "vanilla_transformer.demo",
+        "vanilla_transformer.translation.ctranslate2",
+    ],
+    "commands": [
+        "vanilla_transformer.cli",
+        "vanilla_transformer.translation.commands",
+        "vanilla_transformer.evaluation.commands",
+        "vanilla_transformer.hub.commands",
+        "vanilla_transformer.training.command",
+        "vanilla_transformer.demo.page",
+    ],
+}
+
+
+def _floor(module: str) -> int | None:
+    """The floor of `module` (0 = remote code): its longest prefix in FLOORS; None for the package's __init__ files."""
+    best = None
+    for level, prefixes in enumerate(FLOORS.values()):
+        for prefix in prefixes:
+            if (module == prefix or module.startswith(prefix + ".")) and (best is None or len(prefix) > best[1]):
+                best = (level, len(prefix))
+    return best[0] if best else None
+
+
+def test_each_module_imports_only_its_own_floor_or_those_below():
+    modules = {_module_name(p): p for p in PACKAGE.rglob("*.py") if "pretrained" not in p.relative_to(PACKAGE).parts}
+    unplaced = [m for m, p in modules.items() if _floor(m) is None and p.name != "__init__.py"]
+    assert unplaced == [], "modules docs/architecture.md's floors do not place"
+    upward = []
+    for name, path in modules.items():
+        if path.name == "__init__.py":
+            continue
+        for target in _imports(path):
+            if target in modules and _floor(target) is not None and _floor(target) > _floor(name):
+                upward.append(f"{name} -> {target}")
+    assert upward == []
