@@ -1,7 +1,7 @@
 """Token-based batching (section 5.1): batches of sentence pairs of similar length, each of at most `max_tokens`
 padded tokens, instead of a fixed number of sentences; and the padding statistics of a list of batches.
 
-The lengths come from `data.tokenize_corpus` (its `src_len` / `tgt_len` columns).
+The lengths come from `data.corpus.tokenize_corpus` (its `src_len` / `tgt_len` columns).
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ Design (the choices, and why):
   (`„Welcome Bikers“`, `l'homme`, `3,5 m`). Words are not split on punctuation beforehand; BPE
   learns from the data whether `.` or `“` stands alone. Outer whitespace is kept too (" A man" starts
   with a lone `▁`), so the package strips each sentence before encoding it: for training
-  (`data.tokenize_corpus`) and translation (`translate`, the pipeline, the CTranslate2 engine) alike.
+  (`data.corpus.tokenize_corpus`) and translation (`translate`, the pipeline, the CTranslate2 engine) alike.
 - **Decoder** `Replace(▁ -> space) + ByteFallback + Fuse + Strip(1 leading space)`, the one Llama's
   tokenizer.json uses. (`decoders.Metaspace` after `Fuse` drops every space in tokenizers 0.23,
   which is why it is not used here.)

@@ -87,7 +87,7 @@ def fit_warmup(warmup: float, minutes: float | None, preset_minutes: float | Non
 def check_positive_int(name: str, value, *, allow_none: bool = False, allow_zero: bool = False) -> None:
     """ValueError naming `name` unless `value` is an integer of at least 1 (0 with `allow_zero`; None with
     `allow_none`): the one copy of this check for the count options. Messages name fields in backticks, which the
-    command line shows as flags (`train.as_flags`)."""
+    command line shows as flags (`command.as_flags`)."""
     if value is None and allow_none:
         return
     minimum = 0 if allow_zero else 1
@@ -357,7 +357,7 @@ class VanillaTrainingArguments(Seq2SeqTrainingArguments):
         default=0.0,
         metadata={
             "help": "Probability of undoing each BPE merge of a training sentence's tokens, source and target, drawn "
-            "anew for every batch (subword_split.py: a seeded variant of BPE-dropout, Provilkov et al. 2020; not in "
+            "anew for every batch (training/augmentation.py: a seeded variant of BPE-dropout, Provilkov et al. 2020; not in "
             "the paper). Split sentences are longer, which `max_tokens` does not count: it budgets the deterministic "
             "encoding. 0 = off (the paper)."
         },

@@ -1,6 +1,6 @@
 """Translate a list of sentences with a trained model: batches sorted by length, order restored.
 
-Used by `train.py` (test-set BLEU of the final and the averaged model) and by the `vanilla-transformer
+Used by the training report (test-set BLEU of the final and the averaged model) and by the `vanilla-transformer
 translate` command. `generate` does the decoding (by default the model's generation config: its beam
 size and length penalty, maximum output length = source length + 50, section 6.1).
 """
@@ -23,9 +23,9 @@ def encode_sources(
     sentences: Sequence[str], encode: Callable[[list[str]], list[list[int]]], limit: int | None
 ) -> dict[int, list[int]]:
     """The token ids of each sentence that is not blank, by its index: what `translate` and the CTranslate2 engine
-    (`export_ctranslate2.translate_ctranslate2`) give the model. `encode` maps texts to ids (`</s>` appended).
+    (`ctranslate2.translate_ctranslate2`) give the model. `encode` maps texts to ids (`</s>` appended).
 
-    Each sentence is encoded without its outer whitespace, as `train.py` trains on it (`data.tokenize_corpus`
+    Each sentence is encoded without its outer whitespace, as the training command trains on it (`data.corpus.tokenize_corpus`
     strips it). One longer than `limit` tokens (None: no limit) is truncated to that many, its closing `</s>` kept
     (`fit_source`, the pipeline's and the demo's rule too), with a warning naming its line (counting from 1, as in
     the input file).
@@ -95,7 +95,7 @@ def translate(
 
     Sentences are sorted by tokenized length so that a batch holds sentences of similar length (little
     padding); the output order is the input order. Each sentence is translated without its leading and trailing
-    whitespace, as `train.py` trains on it (`data.tokenize_corpus` strips it): the tokenizer keeps spaces (" A man"
+    whitespace, as the training command trains on it (`data.corpus.tokenize_corpus` strips it): the tokenizer keeps spaces (" A man"
     gets a lone `▁` token first), and a model that never saw one translates such input differently. An empty (or
     all-whitespace) sentence gives an empty translation without calling the model. A sentence longer than the
     model takes (the config's `input_length_limit`, the translation pipeline's rule too) is truncated to that many tokens (its
