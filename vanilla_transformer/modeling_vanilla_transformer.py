@@ -10,8 +10,6 @@ config flag (see `VanillaTransformerConfig`).
 """
 
 import copy
-import functools
-import inspect
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -43,54 +41,6 @@ from .loss_vanilla_transformer import label_smoothed_cross_entropy
 # Unused here: the import makes `save_pretrained` copy the translation pipeline next to this file (it copies the
 # relative imports of the model code), for `pipeline("translation", model=<checkpoint>, trust_remote_code=True)`.
 from .pipeline_vanilla_transformer import TranslationPipeline  # noqa: F401
-
-
-# transformers 5.24 renamed the key/value cache `past_key_values` -> `cache`: `generate` passes `cache=` to `forward`
-# and reads `outputs.cache`, gradient checkpointing clears a `cache` argument, and `create_causal_mask` takes
-# `cache`. 5.23 knows only `past_key_values`. This file runs on both (it is also remote code, loaded by whatever
-# transformers the user has): the cache is taken, handed on and returned under the installed version's name.
-CACHE_NAME = "cache" if "cache" in Seq2SeqModelOutput.__dataclass_fields__ else "past_key_values"
-
-
-def _cache_argument(forward: Callable) -> Callable:
-    """The cache argument of a `forward` written with `cache`, named for the installed transformers.
-
-    - >= 5.24: `cache`, with the old name deprecated by transformers' own decorator, as on its models' `forward`
-      (`modeling_marian.py`, `modeling_bart.py`: `@deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")`):
-      `past_key_values=` is taken as `cache=` with the library's FutureWarning (silently once the library reaches
-      5.40). Passing both names is refused, by the same decorator (`raise_if_both_names`), where transformers'
-      models warn and drop `past_key_values`: this model refused both before the decorator, and still does.
-    - 5.23: `past_key_values` is the name (its `generate` and gradient checkpointing pass it), taken without a
-      warning; `cache=` is still accepted, and both at once are refused.
-    """
-    if CACHE_NAME == "cache":
-        return deprecate_kwarg("past_key_values", "5.40.0", new_name="cache", raise_if_both_names=True)(forward)
-
-    @functools.wraps(forward)
-    def forward_with_past_key_values(*args, past_key_values: Cache | None = None, **kwargs):
-        if past_key_values is not None:
-            if kwargs.get("cache") is not None:
-                raise ValueError(
-                    f"Both `past_key_values` and `cache` are set for `{forward.__qualname__}`: pass the cache once "
-                    "(transformers < 5.24 names it `past_key_values`)."
-                )
-            kwargs["cache"] = past_key_values
-        return forward(*args, **kwargs)
-
-    signature = inspect.signature(forward)
-    forward_with_past_key_values.__signature__ = signature.replace(
-        parameters=[
-            p.replace(name="past_key_values") if p.name == "cache" else p for p in signature.parameters.values()
-        ]
-    )
-    return forward_with_past_key_values
-
-
-# `generate` as transformers >= 5.24's `GenerationMixin.generate` takes the cache: `past_key_values=` with its
-# FutureWarning, before the override below reads the cache (5.23: `past_key_values` is the name, nothing to rename).
-_generate_cache_argument = (
-    deprecate_kwarg("past_key_values", "6.0.0", new_name="cache") if CACHE_NAME == "cache" else (lambda f: f)
-)
 
 
 logger = logging.get_logger(__name__)
@@ -293,9 +243,7 @@ class VanillaTransformerDecoderLayer(GradientCheckpointingLayer):
         self.ffn = VanillaTransformerFeedForward(config, config.decoder_ffn_dim)
         self.final_layer_norm = nn.LayerNorm(config.d_model)
 
-    # The decoder passes the cache under the installed transformers' name (CACHE_NAME), the one its gradient
-    # checkpointing clears.
-    @_cache_argument
+    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
     def forward(
         self,
         hidden_states: torch.Tensor,
@@ -516,7 +464,7 @@ class VanillaTransformerDecoder(VanillaTransformerStack):
         super().__init__(config, VanillaTransformerDecoderLayer, config.decoder_layers)
 
     @capture_outputs
-    @_cache_argument
+    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -560,8 +508,7 @@ class VanillaTransformerDecoder(VanillaTransformerStack):
         hidden_states = self.embed(inputs_embeds, past_length)
         self_attention_cache = cache.self_attention_cache if isinstance(cache, EncoderDecoderCache) else cache
         # Section 3.2.3: "masking out (setting to -inf) all values in the input of the softmax which correspond to
-        # illegal connections" (position i sees positions <= i), and padding keys in both attentions. (The cache is
-        # the fourth argument under either of its names.)
+        # illegal connections" (position i sees positions <= i), and padding keys in both attentions.
         causal_mask = create_causal_mask(self.config, inputs_embeds, attention_mask, self_attention_cache)
         encoder_attention_mask = create_bidirectional_mask(
             config=self.config,
@@ -575,12 +522,12 @@ class VanillaTransformerDecoder(VanillaTransformerStack):
                 causal_mask,
                 encoder_hidden_states,  # positional, for gradient checkpointing
                 encoder_attention_mask=encoder_attention_mask,
-                **{CACHE_NAME: cache},
+                cache=cache,
                 **kwargs,
             )
         if self.layer_norm is not None:
             hidden_states = self.layer_norm(hidden_states)
-        return BaseModelOutputWithPastAndCrossAttentions(last_hidden_state=hidden_states, **{CACHE_NAME: cache})
+        return BaseModelOutputWithPastAndCrossAttentions(last_hidden_state=hidden_states, cache=cache)
 
 
 class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
@@ -609,7 +556,7 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
         self.decoder.embed_tokens = value
 
     @can_return_tuple
-    @_cache_argument
+    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -627,8 +574,7 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
         output capture; attention weights need `attn_implementation="eager"`: under sdpa transformers warns once and
         returns no weights, as for its own models), and attention-implementation arguments. `use_cache` defaults to
         `config.use_cache` in evaluation mode and to False in training mode, where a cache is never read. The cache
-        is `cache` (transformers >= 5.24's name; `past_key_values` there is deprecated, with transformers' warning)
-        or `past_key_values` (5.23's), and is returned under the installed version's name."""
+        is `cache`; `past_key_values` is its deprecated name, taken with transformers' warning as by its models."""
         if encoder_outputs is None:
             encoder_outputs = self.encoder(
                 input_ids=input_ids,
@@ -663,7 +609,7 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
         )
         return Seq2SeqModelOutput(
             last_hidden_state=decoder_outputs.last_hidden_state,
-            **{CACHE_NAME: getattr(decoder_outputs, CACHE_NAME)},
+            cache=decoder_outputs.cache,
             decoder_hidden_states=decoder_outputs.hidden_states,
             decoder_attentions=decoder_outputs.attentions,
             cross_attentions=decoder_outputs.cross_attentions,
@@ -803,7 +749,7 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
 
     @can_return_tuple
-    @_cache_argument
+    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -869,7 +815,7 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
             nll_loss=nll_loss,
             num_target_tokens=num_target_tokens,
             logits=logits,
-            **{CACHE_NAME: getattr(outputs, CACHE_NAME)},
+            cache=outputs.cache,
             decoder_hidden_states=outputs.decoder_hidden_states,
             decoder_attentions=outputs.decoder_attentions,
             cross_attentions=outputs.cross_attentions,
@@ -878,7 +824,7 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
             encoder_attentions=outputs.encoder_attentions,
         )
 
-    @_generate_cache_argument
+    @deprecate_kwarg("past_key_values", "6.0.0", new_name="cache")
     @torch.no_grad()
     def generate(self, inputs: torch.Tensor | None = None, generation_config=None, logits_processor=None, **kwargs):
         """`GenerationMixin.generate`, with two additions.
@@ -888,12 +834,12 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
           it off) is added to each source's length, taken from `attention_mask`, else from the non-padding
           `input_ids`, else from the length of `inputs_embeds` / `encoder_outputs`; with learned positions, capped
           at the position table.
-        - Continuing from a returned cache: `decoder_input_ids` with the cache (`cache`; on 5.23 `past_key_values`,
-          a name that 5.24 takes with its deprecation warning, as `GenerationMixin.generate` does) are read as the
-          whole target so far (as `generate` returns it), of which the cache holds a prefix. transformers tells that
-          reading from a `decoder_attention_mask` covering the whole target; without one it would feed every target
-          token again on top of the cache, so one is supplied. A cache that already holds every given token is
-          cropped by one step, so that the last token is fed again and yields the next token's scores."""
+        - Continuing from a returned cache: `decoder_input_ids` with the cache (`cache`; `past_key_values` with the
+          deprecation warning of `GenerationMixin.generate`) are read as the whole target so far (as `generate`
+          returns it), of which the cache holds a prefix. transformers tells that reading from a
+          `decoder_attention_mask` covering the whole target; without one it would feed every target token again on
+          top of the cache, so one is supplied. A cache that already holds every given token is cropped by one step,
+          so that the last token is fed again and yields the next token's scores."""
         gen_config = generation_config if generation_config is not None else self.generation_config
         offset = getattr(gen_config, "source_length_offset", None)
         explicit_length = any(kwargs.get(k) is not None for k in ("max_length", "max_new_tokens")) or (
@@ -912,7 +858,7 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
                 logits_processor = LogitsProcessorList([*(logits_processor or []), limit])
                 kwargs["max_new_tokens"] = int(limit.limits.max())
 
-        cache, target = kwargs.get(CACHE_NAME), kwargs.get("decoder_input_ids")
+        cache, target = kwargs.get("cache"), kwargs.get("decoder_input_ids")
         if cache is not None and target is not None and cache.get_seq_length() > 0:
             if cache.get_seq_length() >= target.shape[1]:
                 cache.crop(target.shape[1] - 1 - cache.get_seq_length())  # (crop takes the number to drop, negated)
