@@ -1,8 +1,8 @@
 """The Transformer of "Attention Is All You Need" (Vaswani et al., 2017, arXiv:1706.03762).
 
 One self-contained modeling file in the style of transformers' `modeling_marian.py` / `modeling_bart.py`:
-it imports only torch, transformers and its sibling configuration file (relative import), so that
-`save_pretrained` after `register_for_auto_class` copies it into a checkpoint that loads with
+it imports only torch, transformers and its sibling `*_vanilla_transformer.py` files (relative imports), so that
+`save_pretrained` after `register_for_auto_class` copies them into a checkpoint that loads with
 `trust_remote_code=True` where this package is not installed.
 
 Section numbers in comments are the paper's. The paper's choices are the defaults; every departure is a
@@ -29,7 +29,7 @@ from transformers.modeling_outputs import (
     Seq2SeqModelOutput,
 )
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel
-from transformers.utils import can_return_tuple, is_torchdynamo_compiling, logging
+from transformers.utils import can_return_tuple, is_torchdynamo_compiling
 from transformers.utils.deprecation import deprecate_kwarg
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
@@ -41,9 +41,6 @@ from .loss_vanilla_transformer import label_smoothed_cross_entropy
 # Unused here: the import makes `save_pretrained` copy the translation pipeline next to this file (it copies the
 # relative imports of the model code), for `pipeline("translation", model=<checkpoint>, trust_remote_code=True)`.
 from .pipeline_vanilla_transformer import TranslationPipeline  # noqa: F401
-
-
-logger = logging.get_logger(__name__)
 
 
 def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
@@ -188,18 +185,34 @@ class VanillaTransformerFeedForward(nn.Module):
         return self.fc2(hidden_states)
 
 
-# Section 3.1: every sub-layer is wrapped as LayerNorm(x + Dropout(Sublayer(x))) (post-norm; the dropout is section
-# 5.4's residual dropout). With `normalize_before` (not the paper; tensor2tensor's later default) the norm moves in
-# front: x + Dropout(Sublayer(LayerNorm(x))), and each stack ends with a final norm.
+class VanillaTransformerLayer(GradientCheckpointingLayer):
+    """What the encoder and decoder layers share (section 3.1): each sub-layer is wrapped as
+    LayerNorm(x + Dropout(Sublayer(x))) (post-norm; the dropout is section 5.4's residual dropout). With
+    `config.normalize_before` (not the paper; tensor2tensor's later default) the norm moves in front:
+    x + Dropout(Sublayer(LayerNorm(x))), and each stack ends with a final norm."""
 
-
-class VanillaTransformerEncoderLayer(GradientCheckpointingLayer):
-    """Section 3.1, encoder: multi-head self-attention, then the position-wise feed-forward network."""
-
-    def __init__(self, config: VanillaTransformerConfig, layer_idx: int):
+    def __init__(self, config: VanillaTransformerConfig):
         super().__init__()
         self.dropout = config.dropout
         self.normalize_before = config.normalize_before
+
+    def sublayer_connection(
+        self, hidden_states: torch.Tensor, layer_norm: nn.LayerNorm, sublayer: Callable[[torch.Tensor], torch.Tensor]
+    ) -> torch.Tensor:
+        """`sublayer` (attention or feed-forward) with its residual connection, residual dropout and `layer_norm`."""
+        residual = hidden_states
+        if self.normalize_before:
+            hidden_states = layer_norm(hidden_states)
+        hidden_states = nn.functional.dropout(sublayer(hidden_states), p=self.dropout, training=self.training)
+        hidden_states = residual + hidden_states
+        return hidden_states if self.normalize_before else layer_norm(hidden_states)
+
+
+class VanillaTransformerEncoderLayer(VanillaTransformerLayer):
+    """Section 3.1, encoder: multi-head self-attention, then the position-wise feed-forward network."""
+
+    def __init__(self, config: VanillaTransformerConfig, layer_idx: int):
+        super().__init__(config)
         self.self_attn = VanillaTransformerAttention(config, config.encoder_attention_heads, False, layer_idx)
         self.self_attn_layer_norm = nn.LayerNorm(config.d_model)
         self.ffn = VanillaTransformerFeedForward(config, config.encoder_ffn_dim)
@@ -208,34 +221,20 @@ class VanillaTransformerEncoderLayer(GradientCheckpointingLayer):
     def forward(
         self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None, **kwargs
     ) -> torch.Tensor:
-        residual = hidden_states
-        if self.normalize_before:
-            hidden_states = self.self_attn_layer_norm(hidden_states)
-        hidden_states, _ = self.self_attn(hidden_states, attention_mask=attention_mask, **kwargs)
-        hidden_states = nn.functional.dropout(hidden_states, p=self.dropout, training=self.training)
-        hidden_states = residual + hidden_states
-        if not self.normalize_before:
-            hidden_states = self.self_attn_layer_norm(hidden_states)
-
-        residual = hidden_states
-        if self.normalize_before:
-            hidden_states = self.final_layer_norm(hidden_states)
-        hidden_states = self.ffn(hidden_states)
-        hidden_states = nn.functional.dropout(hidden_states, p=self.dropout, training=self.training)
-        hidden_states = residual + hidden_states
-        if not self.normalize_before:
-            hidden_states = self.final_layer_norm(hidden_states)
-        return hidden_states
+        hidden_states = self.sublayer_connection(
+            hidden_states,
+            self.self_attn_layer_norm,
+            lambda x: self.self_attn(x, attention_mask=attention_mask, **kwargs)[0],
+        )
+        return self.sublayer_connection(hidden_states, self.final_layer_norm, self.ffn)
 
 
-class VanillaTransformerDecoderLayer(GradientCheckpointingLayer):
+class VanillaTransformerDecoderLayer(VanillaTransformerLayer):
     """Section 3.1, decoder: masked multi-head self-attention, multi-head attention over the encoder output (queries
     from the decoder, keys and values from the final encoder layer), then the feed-forward network."""
 
     def __init__(self, config: VanillaTransformerConfig, layer_idx: int):
-        super().__init__()
-        self.dropout = config.dropout
-        self.normalize_before = config.normalize_before
+        super().__init__(config)
         self.self_attn = VanillaTransformerAttention(config, config.decoder_attention_heads, True, layer_idx)
         self.self_attn_layer_norm = nn.LayerNorm(config.d_model)
         self.encoder_attn = VanillaTransformerAttention(config, config.decoder_attention_heads, False, layer_idx)
@@ -253,39 +252,19 @@ class VanillaTransformerDecoderLayer(GradientCheckpointingLayer):
         cache: Cache | None = None,
         **kwargs,
     ) -> torch.Tensor:
-        residual = hidden_states
-        if self.normalize_before:
-            hidden_states = self.self_attn_layer_norm(hidden_states)
-        hidden_states, _ = self.self_attn(hidden_states, attention_mask=attention_mask, cache=cache, **kwargs)
-        hidden_states = nn.functional.dropout(hidden_states, p=self.dropout, training=self.training)
-        hidden_states = residual + hidden_states
-        if not self.normalize_before:
-            hidden_states = self.self_attn_layer_norm(hidden_states)
-
-        residual = hidden_states
-        if self.normalize_before:
-            hidden_states = self.encoder_attn_layer_norm(hidden_states)
-        hidden_states, _ = self.encoder_attn(
+        hidden_states = self.sublayer_connection(
             hidden_states,
-            key_value_states=encoder_hidden_states,
-            attention_mask=encoder_attention_mask,
-            cache=cache,
-            **kwargs,
+            self.self_attn_layer_norm,
+            lambda x: self.self_attn(x, attention_mask=attention_mask, cache=cache, **kwargs)[0],
         )
-        hidden_states = nn.functional.dropout(hidden_states, p=self.dropout, training=self.training)
-        hidden_states = residual + hidden_states
-        if not self.normalize_before:
-            hidden_states = self.encoder_attn_layer_norm(hidden_states)
-
-        residual = hidden_states
-        if self.normalize_before:
-            hidden_states = self.final_layer_norm(hidden_states)
-        hidden_states = self.ffn(hidden_states)
-        hidden_states = nn.functional.dropout(hidden_states, p=self.dropout, training=self.training)
-        hidden_states = residual + hidden_states
-        if not self.normalize_before:
-            hidden_states = self.final_layer_norm(hidden_states)
-        return hidden_states
+        hidden_states = self.sublayer_connection(
+            hidden_states,
+            self.encoder_attn_layer_norm,
+            lambda x: self.encoder_attn(
+                x, key_value_states=encoder_hidden_states, attention_mask=encoder_attention_mask, cache=cache, **kwargs
+            )[0],
+        )
+        return self.sublayer_connection(hidden_states, self.final_layer_norm, self.ffn)
 
 
 class VanillaTransformerPreTrainedModel(PreTrainedModel):
@@ -411,10 +390,7 @@ class VanillaTransformerStack(VanillaTransformerPreTrainedModel):
 class VanillaTransformerEncoder(VanillaTransformerStack):
     """Section 3.1: a stack of N identical encoder layers over the scaled, position-encoded embeddings."""
 
-    _can_record_outputs = {
-        "hidden_states": VanillaTransformerEncoderLayer,
-        "attentions": VanillaTransformerAttention,
-    }
+    _can_record_outputs = {"hidden_states": VanillaTransformerEncoderLayer, "attentions": VanillaTransformerAttention}
 
     def __init__(self, config: VanillaTransformerConfig):
         super().__init__(config, VanillaTransformerEncoderLayer, config.encoder_layers)
@@ -625,23 +601,15 @@ class SourceLengthLimit(LogitsProcessor):
     it would stop alone. Rows are the batch expanded by beams / returned sequences (batch-major). No host sync: the
     forced rows are selected with `torch.where`."""
 
-    def __init__(
-        self,
-        source_lengths: torch.Tensor,
-        offset: int,
-        eos_token_id: int,
-        start_length: int = 1,
-        cap: int | None = None,
-    ):
+    def __init__(self, source_lengths: torch.Tensor, offset: int, eos_token_id: int, cap: int | None = None):
         self.limits = source_lengths.long() + offset
         if cap is not None:  # e.g. a learned position table's size
             self.limits = self.limits.clamp(max=cap)
         self.eos_token_id = eos_token_id
-        self.start_length = start_length  # the decoder start token is not part of the output
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         limits = self.limits.to(input_ids.device).repeat_interleave(input_ids.shape[0] // self.limits.shape[0])
-        generated = input_ids.shape[1] - self.start_length
+        generated = input_ids.shape[1] - 1  # the decoder start token is not part of the output
         done = generated >= limits - 1  # the next token is the last one allowed: it must be </s>
         only_eos = torch.full_like(scores[:1], torch.finfo(scores.dtype).min)
         only_eos[:, self.eos_token_id] = 0.0
@@ -726,24 +694,6 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
             early_stopping=True,
             source_length_offset=50,
         )
-
-    def get_input_embeddings(self):
-        return self.model.shared
-
-    def set_input_embeddings(self, value):
-        self.model.set_input_embeddings(value)
-
-    def get_output_embeddings(self):
-        return self.lm_head
-
-    def set_output_embeddings(self, value):
-        self.lm_head = value
-
-    def get_encoder(self, modality: str | None = None):
-        return self.model.encoder
-
-    def get_decoder(self, modality: str | None = None):
-        return self.model.decoder
 
     def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
@@ -849,11 +799,8 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
             lengths = self._source_lengths(inputs if inputs is not None else kwargs.get("input_ids"), kwargs)
             if lengths is not None:
                 # Learned positions (not the paper) end with their table: the start token and the output must fit.
-                cap = (
-                    self.config.max_position_embeddings - 1
-                    if self.config.position_embedding_type == "learned"
-                    else None
-                )
+                learned = self.config.position_embedding_type == "learned"
+                cap = self.config.max_position_embeddings - 1 if learned else None
                 limit = SourceLengthLimit(lengths, offset, self.config.eos_token_id, cap=cap)
                 logits_processor = LogitsProcessorList([*(logits_processor or []), limit])
                 kwargs["max_new_tokens"] = int(limit.limits.max())
@@ -868,16 +815,12 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
             inputs, generation_config=generation_config, logits_processor=logits_processor, **kwargs
         )
 
-    # The GNMT length penalty, inside transformers' own beam search (`GenerationMixin._beam_search`, not a copy of it):
-    # with `length_penalty_form="gnmt"` the two places where that search applies the penalty apply this one, and a
-    # finished hypothesis may come from any of the 2 x beam candidates of a step (tensor2tensor's `grow_finished`),
-    # not only from the best `beam` (transformers' and fairseq's rule). The running beams, the candidates and the cache
-    # are transformers'. With the default form nothing here changes the search: the stock methods run as they are.
-    # `early_stopping` keeps transformers' meaning, with the GNMT penalty in each rule: True ends a sentence once
-    # `num_beams` hypotheses are finished; "never" once no running hypothesis can beat the worst of them even at the
-    # maximum length (alpha >= 0 makes lp grow with the length: tensor2tensor's bound); the search then returns what
-    # decoding to the maximum length would (tensor2tensor's result); False uses transformers' heuristic (the bound at
-    # the current length). tests/test_gnmt_penalty.py checks each against a plain tensor2tensor search.
+    # The GNMT length penalty (`length_penalty_form="gnmt"`) inside transformers' own beam search
+    # (`GenerationMixin._beam_search`, not a copy of it): the two places where that search applies the penalty
+    # (`_update_finished_beams`, `_check_early_stop_heuristic`) apply this one. The running beams, the candidates and
+    # the cache are transformers'; with the default form the stock methods run as they are. `early_stopping` keeps
+    # transformers' meaning (True: a sentence ends once `num_beams` hypotheses are finished), with the GNMT penalty in
+    # each rule. tests/test_gnmt_penalty.py checks each against a plain tensor2tensor search.
 
     def _prepare_generation_config(self, generation_config, *args, **kwargs):
         """transformers' preparation, also taking `length_penalty_form=` as a `generate` keyword (transformers takes
@@ -891,53 +834,41 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         return generation_config, model_kwargs
 
     def _beam_search(self, input_ids, logits_processor, stopping_criteria, generation_config, *args, **kwargs):
-        """`GenerationMixin._beam_search`; with the GNMT form, its alpha marked so that the penalty's two helpers below
-        apply that form."""
+        """`GenerationMixin._beam_search`, with the GNMT form's alpha marked (`_GnmtAlpha`) for the helpers below."""
         if length_penalty_form(generation_config) == "gnmt":
             generation_config = copy.copy(generation_config)
             generation_config.length_penalty = _GnmtAlpha(generation_config.length_penalty)
         return super()._beam_search(input_ids, logits_processor, stopping_criteria, generation_config, *args, **kwargs)
 
-    def _update_finished_beams(
-        self, *, topk_log_probs, top_num_beam_mask, cur_len, decoder_prompt_len, length_penalty, **kwargs
-    ):
+    def _update_finished_beams(self, *, topk_log_probs, top_num_beam_mask, length_penalty, **kwargs):
         """transformers' update of the finished hypotheses. GNMT form: the candidates' log-probabilities divided by
         ((5 + |Y|) / 6) ** alpha here (transformers' own division then by |Y| ** 0 = 1), and every candidate of the
-        step that ends may enter (tensor2tensor), not only those among the best `num_beams`."""
+        step that ends may enter (tensor2tensor's `grow_finished`), not only those among the best `num_beams`
+        (transformers' and fairseq's rule)."""
         if isinstance(length_penalty, _GnmtAlpha):
-            length = cur_len + 1 - decoder_prompt_len  # the candidates' generated tokens, </s> included
+            # |Y|: the candidates' generated tokens, </s> included.
+            length = kwargs["cur_len"] + 1 - kwargs["decoder_prompt_len"]
             topk_log_probs = topk_log_probs / gnmt_length_penalty(length, float(length_penalty))
             top_num_beam_mask = torch.ones_like(top_num_beam_mask)
             length_penalty = 0.0
         return super()._update_finished_beams(
-            topk_log_probs=topk_log_probs,
-            top_num_beam_mask=top_num_beam_mask,
-            cur_len=cur_len,
-            decoder_prompt_len=decoder_prompt_len,
-            length_penalty=length_penalty,
-            **kwargs,
+            topk_log_probs=topk_log_probs, top_num_beam_mask=top_num_beam_mask, length_penalty=length_penalty, **kwargs
         )
 
-    def _check_early_stop_heuristic(
-        self, *, running_beam_scores, cur_len, max_length, decoder_prompt_len, early_stopping, length_penalty, **kwargs
-    ):
+    def _check_early_stop_heuristic(self, *, running_beam_scores, length_penalty, **kwargs):
         """transformers' test of whether a running hypothesis can still beat the finished ones. GNMT form: the best
-        running log-probability divided by ((5 + L) / 6) ** alpha, L the maximum length for `early_stopping="never"`
-        (the best it can reach, as tensor2tensor bounds it) and the current length otherwise, as transformers
-        chooses L; transformers' own division is then by L ** 0 = 1."""
+        running log-probability divided by ((5 + L) / 6) ** alpha; transformers' own division is then by L ** 0 = 1.
+        L is the maximum length for `early_stopping="never"`: alpha >= 0 makes lp grow with the length, so that is the
+        best a hypothesis can reach (tensor2tensor's bound), and the search returns what decoding to the maximum length
+        would (tensor2tensor's result). Otherwise it is the current length, as transformers chooses it."""
         if isinstance(length_penalty, _GnmtAlpha):
             alpha = float(length_penalty)
-            best_length = (max_length if early_stopping == "never" and alpha > 0 else cur_len) - decoder_prompt_len
+            never = kwargs["early_stopping"] == "never" and alpha > 0
+            best_length = (kwargs["max_length"] if never else kwargs["cur_len"]) - kwargs["decoder_prompt_len"]
             running_beam_scores = running_beam_scores / gnmt_length_penalty(best_length, alpha)
             length_penalty = 0.0
         return super()._check_early_stop_heuristic(
-            running_beam_scores=running_beam_scores,
-            cur_len=cur_len,
-            max_length=max_length,
-            decoder_prompt_len=decoder_prompt_len,
-            early_stopping=early_stopping,
-            length_penalty=length_penalty,
-            **kwargs,
+            running_beam_scores=running_beam_scores, length_penalty=length_penalty, **kwargs
         )
 
     def _source_lengths(self, source_ids: torch.Tensor | None, kwargs: dict) -> torch.Tensor | None:
