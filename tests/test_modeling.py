@@ -15,7 +15,7 @@ from helpers import BLOCK_PACKAGE, TINY_SIZES, subprocess_env
 from safetensors import safe_open
 from safetensors.torch import save_file
 from transformers import MarianConfig, MarianMTModel
-from transformers.cache_utils import EncoderDecoderCache
+from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 from transformers.modeling_outputs import Seq2SeqLMOutput
 
 from vanilla_transformer import (
@@ -24,11 +24,7 @@ from vanilla_transformer import (
     VanillaTransformerModel,
     loss_vanilla_transformer,
 )
-from vanilla_transformer.modeling_vanilla_transformer import (
-    CACHE_NAME,
-    label_smoothed_cross_entropy,
-    sinusoidal_position_encoding,
-)
+from vanilla_transformer.modeling_vanilla_transformer import label_smoothed_cross_entropy, sinusoidal_position_encoding
 
 
 # Two layers and four heads a side (the attention shapes asserted below count them); no dropout.
@@ -294,7 +290,7 @@ def test_model_loss_with_label_smoothing_and_its_plain_nll():
     expected = torch.nn.functional.cross_entropy(flat_logits, flat_labels, label_smoothing=0.1)
     torch.testing.assert_close(out.loss, expected)
     torch.testing.assert_close(out.nll_loss, torch.nn.functional.cross_entropy(flat_logits, flat_labels))
-    assert out.num_target_tokens.item() == 9 and getattr(out, CACHE_NAME) is None
+    assert out.num_target_tokens.item() == 9 and out.cache is None
     with pytest.raises(ValueError, match="`epsilon_ls` must be in \\[0, 1\\), got 1.0"):
         model(input_ids=ids, attention_mask=mask, labels=labels, epsilon_ls=1.0)
 
@@ -358,36 +354,33 @@ def test_incremental_decoding_with_cache_equals_full_forward(attn):
             attention_mask=mask,
             decoder_input_ids=target[:, t : t + 1],
             use_cache=True,
-            **{CACHE_NAME: past},
+            cache=past,
         )
-        past = getattr(out, CACHE_NAME)
+        past = out.cache
         steps.append(out.logits)
     assert torch.allclose(torch.cat(steps, 1), full, atol=1e-5)
 
 
 @pytest.mark.parametrize("name", ["cache", "past_key_values"])
-def test_the_cache_is_taken_under_either_name_and_returned_under_the_installed_ones(name):
-    """transformers 5.24 renamed the cache `past_key_values` -> `cache` (argument and output field); the model file
-    runs as remote code under either version, so `forward` takes both names (>= 5.24: `past_key_values` with
-    transformers' deprecation warning, see the next test), refuses both at once, and returns the cache under the
-    installed version's name, where `generate` reads it."""
-    assert CACHE_NAME in Seq2SeqLMOutput.__dataclass_fields__
+def test_the_cache_is_taken_under_either_name_and_returned_as_cache(name):
+    """transformers 5.24 renamed the cache `past_key_values` -> `cache` (argument and output field): `forward` takes
+    `cache`, and `past_key_values` with transformers' deprecation warning (see the next test), and returns the cache
+    as `cache`, where `generate` reads it."""
+    assert "cache" in Seq2SeqLMOutput.__dataclass_fields__
     model = tiny_model()
     ids, mask = padded_batch()
     target = torch.tensor([[1, 10, 11, 12, 13], [1, 14, 15, 16, 17], [1, 18, 19, 20, 21]])
     full = model(input_ids=ids, attention_mask=mask, decoder_input_ids=target).logits
     first = model(input_ids=ids, attention_mask=mask, decoder_input_ids=target[:, :3], use_cache=True)
-    cache = getattr(first, CACHE_NAME)
+    cache = first.cache
     assert isinstance(cache, EncoderDecoderCache) and cache.get_seq_length() == 3
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)  # (`past_key_values` on >= 5.24: checked in the next test)
         rest = model(
             input_ids=ids, attention_mask=mask, decoder_input_ids=target[:, 3:], use_cache=True, **{name: cache}
         )
-    assert getattr(rest, CACHE_NAME) is cache and cache.get_seq_length() == 5
+    assert rest.cache is cache and cache.get_seq_length() == 5
     assert torch.allclose(torch.cat([first.logits, rest.logits], 1), full, atol=1e-5)
-    with pytest.raises(ValueError, match="Both `past_key_values` and `cache` are set"):
-        model(input_ids=ids, attention_mask=mask, decoder_input_ids=target[:, 4:], cache=cache, past_key_values=cache)
 
 
 @contextlib.contextmanager
@@ -404,13 +397,11 @@ def _cache_name_warnings(class_name):
     ]
 
 
-@pytest.mark.skipif(CACHE_NAME != "cache", reason="transformers < 5.24 has only `past_key_values`: nothing deprecated")
 @torch.no_grad()
 def test_past_key_values_is_deprecated_as_for_transformers_own_models():
-    """Under the installed transformers, `forward(past_key_values=cache)` is `forward(cache=cache)` with the
-    deprecation warning that transformers' own decorator gives a tiny Marian model for the same call; both names at
-    once are refused with the library's message, where Marian warns with it and uses `cache` (this model refused
-    both before it took the library's decorator, and still does)."""
+    """`forward(past_key_values=cache)` is `forward(cache=cache)` with the deprecation warning that transformers' own
+    decorator gives a tiny Marian model for the same call; both names at once get Marian's warning, and `cache` is
+    used."""
     ids, mask = padded_batch()
     target = torch.tensor([[1, 10, 11, 12, 13], [1, 14, 15, 16, 17], [1, 18, 19, 20, 21]])
     warned = {}
@@ -430,14 +421,16 @@ def test_past_key_values_is_deprecated_as_for_transformers_own_models():
     assert len(warned["MarianMTModel"]) == 1 and "`past_key_values` is deprecated" in warned["MarianMTModel"][0]
     assert warned["VanillaTransformerForConditionalGeneration"] == warned["MarianMTModel"]
 
-    # Both names: Marian warns that it uses `cache` and ignores `past_key_values`; this model refuses, same message.
+    # Both names: Marian and this model warn that they use `cache` and ignore `past_key_values`.
     kw = dict(input_ids=ids, attention_mask=mask, decoder_input_ids=target[:, :1], use_cache=True)
-    with _cache_name_warnings("MarianMTModel") as both:
-        _tiny_marian("sdpa")(**kw, cache=None, past_key_values=None)
-    assert len(both) == 1 and both[0].startswith("Both `past_key_values` and `cache` are set for `<model>.forward`.")
-    with pytest.raises(ValueError) as refused:
-        tiny_model()(**kw, cache=None, past_key_values=None)
-    assert str(refused.value).replace("`VanillaTransformerForConditionalGeneration.", "`<model>.") == both[0]
+    both, ignored = {}, DynamicCache()
+    for m in (_tiny_marian("sdpa"), tiny_model()):
+        with _cache_name_warnings(type(m).__name__) as both[type(m).__name__]:
+            out = m(**kw, cache=None, past_key_values=ignored)
+        assert isinstance(out.cache, EncoderDecoderCache) and out.cache.get_seq_length() == 1
+    assert len(both["MarianMTModel"]) == 1
+    assert both["MarianMTModel"][0].startswith("Both `past_key_values` and `cache` are set for `<model>.forward`.")
+    assert both["VanillaTransformerForConditionalGeneration"] == both["MarianMTModel"]
 
 
 @pytest.mark.parametrize("attn", ["eager", "sdpa"])
@@ -591,7 +584,7 @@ def _assert_same_generation(full, continued, first_scores=()):
     for a, b in zip(full.scores, scores):
         assert torch.allclose(a, b, atol=1e-5), (a - b).abs().max()
     for part in ("self_attention_cache", "cross_attention_cache"):
-        mine, theirs = (getattr(getattr(out, CACHE_NAME), part) for out in (full, continued))
+        mine, theirs = (getattr(out.cache, part) for out in (full, continued))
         for a, b in zip(mine.layers, theirs.layers):
             assert a.keys.shape == b.keys.shape, (part, a.keys.shape, b.keys.shape)
             assert torch.allclose(a.keys, b.keys, atol=1e-5) and torch.allclose(a.values, b.values, atol=1e-5), part
@@ -612,17 +605,14 @@ def test_generate_continues_from_its_returned_cache(attn, crop, with_mask):
     kw = dict(input_ids=ids, attention_mask=mask, num_beams=1, **NO_STOP)
     full = model.generate(**kw, max_new_tokens=4)
     first = model.generate(**kw, max_new_tokens=3)
-    cache = getattr(first, CACHE_NAME)
+    cache = first.cache
     if crop:
         cache.crop(-1)
     extra = {"decoder_attention_mask": torch.ones_like(first.sequences)} if with_mask else {}
-    continued = model.generate(
-        **kw, max_new_tokens=1, decoder_input_ids=first.sequences, **{CACHE_NAME: cache}, **extra
-    )
+    continued = model.generate(**kw, max_new_tokens=1, decoder_input_ids=first.sequences, cache=cache, **extra)
     _assert_same_generation(full, continued, first.scores)
 
 
-@pytest.mark.skipif(CACHE_NAME != "cache", reason="transformers < 5.24 has only `past_key_values`: nothing deprecated")
 def test_generate_takes_past_key_values_as_transformers_generate_does():
     """`generate(past_key_values=...)` continues from the cache as `generate(cache=...)` does (the override reads the
     cache after the library's renaming), with the warning `GenerationMixin.generate` gives a tiny Marian model."""
@@ -660,7 +650,7 @@ def test_generation_from_a_prefix_with_its_cache_equals_without(attn, num_beams,
     fed = expanded[2][:, :-1] if crop else expanded[2]
     with torch.no_grad():
         out = model(input_ids=expanded[0], attention_mask=expanded[1], decoder_input_ids=fed, use_cache=True)
-    _assert_same_generation(reference, model.generate(**kw, **{CACHE_NAME: getattr(out, CACHE_NAME)}))
+    _assert_same_generation(reference, model.generate(**kw, cache=out.cache))
 
 
 @pytest.mark.parametrize("num_beams", [1, 4])

@@ -25,7 +25,6 @@ from vanilla_transformer.data.corpus import tokenize_corpus
 from vanilla_transformer.data.tokenizer import train_tokenizer
 from vanilla_transformer.evaluation.bleu import compute_bleu, decode_ids
 from vanilla_transformer.loss_vanilla_transformer import label_smoothed_cross_entropy
-from vanilla_transformer.modeling_vanilla_transformer import CACHE_NAME
 from vanilla_transformer.training.callbacks import CooldownPlanner, TimeLimit, TimeLimitProgressCallback
 from vanilla_transformer.training.checkpoints import last_checkpoint
 from vanilla_transformer.training.options import VanillaTrainingArguments
@@ -385,7 +384,7 @@ def test_evaluation_encodes_each_batch_once_without_cache_in_length_order(tmp_pa
 
     def on_forward(module, args, kwargs, output):
         if kwargs.get("encoder_outputs") is None:  # the loss forward (generation's steps reuse the encoding)
-            loss_forwards.append(getattr(output, CACHE_NAME))
+            loss_forwards.append(output.cache)
 
     model.register_forward_hook(on_forward, with_kwargs=True)
     trainer.evaluate()

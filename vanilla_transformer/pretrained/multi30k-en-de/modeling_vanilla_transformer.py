@@ -1,8 +1,8 @@
 """The Transformer of "Attention Is All You Need" (Vaswani et al., 2017, arXiv:1706.03762).
 
 One self-contained modeling file in the style of transformers' `modeling_marian.py` / `modeling_bart.py`:
-it imports only torch, transformers and its sibling configuration file (relative import), so that
-`save_pretrained` after `register_for_auto_class` copies it into a checkpoint that loads with
+it imports only torch, transformers and its sibling `*_vanilla_transformer.py` files (relative imports), so that
+`save_pretrained` after `register_for_auto_class` copies them into a checkpoint that loads with
 `trust_remote_code=True` where this package is not installed.
 
 Section numbers in comments are the paper's. The paper's choices are the defaults; every departure is a
@@ -10,8 +10,6 @@ config flag (see `VanillaTransformerConfig`).
 """
 
 import copy
-import functools
-import inspect
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -31,7 +29,7 @@ from transformers.modeling_outputs import (
     Seq2SeqModelOutput,
 )
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel
-from transformers.utils import can_return_tuple, is_torchdynamo_compiling, logging
+from transformers.utils import can_return_tuple, is_torchdynamo_compiling
 from transformers.utils.deprecation import deprecate_kwarg
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
@@ -43,57 +41,6 @@ from .loss_vanilla_transformer import label_smoothed_cross_entropy
 # Unused here: the import makes `save_pretrained` copy the translation pipeline next to this file (it copies the
 # relative imports of the model code), for `pipeline("translation", model=<checkpoint>, trust_remote_code=True)`.
 from .pipeline_vanilla_transformer import TranslationPipeline  # noqa: F401
-
-
-# transformers 5.24 renamed the key/value cache `past_key_values` -> `cache`: `generate` passes `cache=` to `forward`
-# and reads `outputs.cache`, gradient checkpointing clears a `cache` argument, and `create_causal_mask` takes
-# `cache`. 5.23 knows only `past_key_values`. This file runs on both (it is also remote code, loaded by whatever
-# transformers the user has): the cache is taken, handed on and returned under the installed version's name.
-CACHE_NAME = "cache" if "cache" in Seq2SeqModelOutput.__dataclass_fields__ else "past_key_values"
-
-
-def _cache_argument(forward: Callable) -> Callable:
-    """The cache argument of a `forward` written with `cache`, named for the installed transformers.
-
-    - >= 5.24: `cache`, with the old name deprecated by transformers' own decorator, as on its models' `forward`
-      (`modeling_marian.py`, `modeling_bart.py`: `@deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")`):
-      `past_key_values=` is taken as `cache=` with the library's FutureWarning (silently once the library reaches
-      5.40). Passing both names is refused, by the same decorator (`raise_if_both_names`), where transformers'
-      models warn and drop `past_key_values`: this model refused both before the decorator, and still does.
-    - 5.23: `past_key_values` is the name (its `generate` and gradient checkpointing pass it), taken without a
-      warning; `cache=` is still accepted, and both at once are refused.
-    """
-    if CACHE_NAME == "cache":
-        return deprecate_kwarg("past_key_values", "5.40.0", new_name="cache", raise_if_both_names=True)(forward)
-
-    @functools.wraps(forward)
-    def forward_with_past_key_values(*args, past_key_values: Cache | None = None, **kwargs):
-        if past_key_values is not None:
-            if kwargs.get("cache") is not None:
-                raise ValueError(
-                    f"Both `past_key_values` and `cache` are set for `{forward.__qualname__}`: pass the cache once "
-                    "(transformers < 5.24 names it `past_key_values`)."
-                )
-            kwargs["cache"] = past_key_values
-        return forward(*args, **kwargs)
-
-    signature = inspect.signature(forward)
-    forward_with_past_key_values.__signature__ = signature.replace(
-        parameters=[
-            p.replace(name="past_key_values") if p.name == "cache" else p for p in signature.parameters.values()
-        ]
-    )
-    return forward_with_past_key_values
-
-
-# `generate` as transformers >= 5.24's `GenerationMixin.generate` takes the cache: `past_key_values=` with its
-# FutureWarning, before the override below reads the cache (5.23: `past_key_values` is the name, nothing to rename).
-_generate_cache_argument = (
-    deprecate_kwarg("past_key_values", "6.0.0", new_name="cache") if CACHE_NAME == "cache" else (lambda f: f)
-)
-
-
-logger = logging.get_logger(__name__)
 
 
 def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
@@ -238,18 +185,34 @@ class VanillaTransformerFeedForward(nn.Module):
         return self.fc2(hidden_states)
 
 
-# Section 3.1: every sub-layer is wrapped as LayerNorm(x + Dropout(Sublayer(x))) (post-norm; the dropout is section
-# 5.4's residual dropout). With `normalize_before` (not the paper; tensor2tensor's later default) the norm moves in
-# front: x + Dropout(Sublayer(LayerNorm(x))), and each stack ends with a final norm.
+class VanillaTransformerLayer(GradientCheckpointingLayer):
+    """What the encoder and decoder layers share (section 3.1): each sub-layer is wrapped as
+    LayerNorm(x + Dropout(Sublayer(x))) (post-norm; the dropout is section 5.4's residual dropout). With
+    `config.normalize_before` (not the paper; tensor2tensor's later default) the norm moves in front:
+    x + Dropout(Sublayer(LayerNorm(x))), and each stack ends with a final norm."""
 
-
-class VanillaTransformerEncoderLayer(GradientCheckpointingLayer):
-    """Section 3.1, encoder: multi-head self-attention, then the position-wise feed-forward network."""
-
-    def __init__(self, config: VanillaTransformerConfig, layer_idx: int):
+    def __init__(self, config: VanillaTransformerConfig):
         super().__init__()
         self.dropout = config.dropout
         self.normalize_before = config.normalize_before
+
+    def sublayer_connection(
+        self, hidden_states: torch.Tensor, layer_norm: nn.LayerNorm, sublayer: Callable[[torch.Tensor], torch.Tensor]
+    ) -> torch.Tensor:
+        """`sublayer` (attention or feed-forward) with its residual connection, residual dropout and `layer_norm`."""
+        residual = hidden_states
+        if self.normalize_before:
+            hidden_states = layer_norm(hidden_states)
+        hidden_states = nn.functional.dropout(sublayer(hidden_states), p=self.dropout, training=self.training)
+        hidden_states = residual + hidden_states
+        return hidden_states if self.normalize_before else layer_norm(hidden_states)
+
+
+class VanillaTransformerEncoderLayer(VanillaTransformerLayer):
+    """Section 3.1, encoder: multi-head self-attention, then the position-wise feed-forward network."""
+
+    def __init__(self, config: VanillaTransformerConfig, layer_idx: int):
+        super().__init__(config)
         self.self_attn = VanillaTransformerAttention(config, config.encoder_attention_heads, False, layer_idx)
         self.self_attn_layer_norm = nn.LayerNorm(config.d_model)
         self.ffn = VanillaTransformerFeedForward(config, config.encoder_ffn_dim)
@@ -258,34 +221,20 @@ class VanillaTransformerEncoderLayer(GradientCheckpointingLayer):
     def forward(
         self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None, **kwargs
     ) -> torch.Tensor:
-        residual = hidden_states
-        if self.normalize_before:
-            hidden_states = self.self_attn_layer_norm(hidden_states)
-        hidden_states, _ = self.self_attn(hidden_states, attention_mask=attention_mask, **kwargs)
-        hidden_states = nn.functional.dropout(hidden_states, p=self.dropout, training=self.training)
-        hidden_states = residual + hidden_states
-        if not self.normalize_before:
-            hidden_states = self.self_attn_layer_norm(hidden_states)
-
-        residual = hidden_states
-        if self.normalize_before:
-            hidden_states = self.final_layer_norm(hidden_states)
-        hidden_states = self.ffn(hidden_states)
-        hidden_states = nn.functional.dropout(hidden_states, p=self.dropout, training=self.training)
-        hidden_states = residual + hidden_states
-        if not self.normalize_before:
-            hidden_states = self.final_layer_norm(hidden_states)
-        return hidden_states
+        hidden_states = self.sublayer_connection(
+            hidden_states,
+            self.self_attn_layer_norm,
+            lambda x: self.self_attn(x, attention_mask=attention_mask, **kwargs)[0],
+        )
+        return self.sublayer_connection(hidden_states, self.final_layer_norm, self.ffn)
 
 
-class VanillaTransformerDecoderLayer(GradientCheckpointingLayer):
+class VanillaTransformerDecoderLayer(VanillaTransformerLayer):
     """Section 3.1, decoder: masked multi-head self-attention, multi-head attention over the encoder output (queries
     from the decoder, keys and values from the final encoder layer), then the feed-forward network."""
 
     def __init__(self, config: VanillaTransformerConfig, layer_idx: int):
-        super().__init__()
-        self.dropout = config.dropout
-        self.normalize_before = config.normalize_before
+        super().__init__(config)
         self.self_attn = VanillaTransformerAttention(config, config.decoder_attention_heads, True, layer_idx)
         self.self_attn_layer_norm = nn.LayerNorm(config.d_model)
         self.encoder_attn = VanillaTransformerAttention(config, config.decoder_attention_heads, False, layer_idx)
@@ -293,9 +242,7 @@ class VanillaTransformerDecoderLayer(GradientCheckpointingLayer):
         self.ffn = VanillaTransformerFeedForward(config, config.decoder_ffn_dim)
         self.final_layer_norm = nn.LayerNorm(config.d_model)
 
-    # The decoder passes the cache under the installed transformers' name (CACHE_NAME), the one its gradient
-    # checkpointing clears.
-    @_cache_argument
+    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
     def forward(
         self,
         hidden_states: torch.Tensor,
@@ -305,39 +252,19 @@ class VanillaTransformerDecoderLayer(GradientCheckpointingLayer):
         cache: Cache | None = None,
         **kwargs,
     ) -> torch.Tensor:
-        residual = hidden_states
-        if self.normalize_before:
-            hidden_states = self.self_attn_layer_norm(hidden_states)
-        hidden_states, _ = self.self_attn(hidden_states, attention_mask=attention_mask, cache=cache, **kwargs)
-        hidden_states = nn.functional.dropout(hidden_states, p=self.dropout, training=self.training)
-        hidden_states = residual + hidden_states
-        if not self.normalize_before:
-            hidden_states = self.self_attn_layer_norm(hidden_states)
-
-        residual = hidden_states
-        if self.normalize_before:
-            hidden_states = self.encoder_attn_layer_norm(hidden_states)
-        hidden_states, _ = self.encoder_attn(
+        hidden_states = self.sublayer_connection(
             hidden_states,
-            key_value_states=encoder_hidden_states,
-            attention_mask=encoder_attention_mask,
-            cache=cache,
-            **kwargs,
+            self.self_attn_layer_norm,
+            lambda x: self.self_attn(x, attention_mask=attention_mask, cache=cache, **kwargs)[0],
         )
-        hidden_states = nn.functional.dropout(hidden_states, p=self.dropout, training=self.training)
-        hidden_states = residual + hidden_states
-        if not self.normalize_before:
-            hidden_states = self.encoder_attn_layer_norm(hidden_states)
-
-        residual = hidden_states
-        if self.normalize_before:
-            hidden_states = self.final_layer_norm(hidden_states)
-        hidden_states = self.ffn(hidden_states)
-        hidden_states = nn.functional.dropout(hidden_states, p=self.dropout, training=self.training)
-        hidden_states = residual + hidden_states
-        if not self.normalize_before:
-            hidden_states = self.final_layer_norm(hidden_states)
-        return hidden_states
+        hidden_states = self.sublayer_connection(
+            hidden_states,
+            self.encoder_attn_layer_norm,
+            lambda x: self.encoder_attn(
+                x, key_value_states=encoder_hidden_states, attention_mask=encoder_attention_mask, cache=cache, **kwargs
+            )[0],
+        )
+        return self.sublayer_connection(hidden_states, self.final_layer_norm, self.ffn)
 
 
 class VanillaTransformerPreTrainedModel(PreTrainedModel):
@@ -463,10 +390,7 @@ class VanillaTransformerStack(VanillaTransformerPreTrainedModel):
 class VanillaTransformerEncoder(VanillaTransformerStack):
     """Section 3.1: a stack of N identical encoder layers over the scaled, position-encoded embeddings."""
 
-    _can_record_outputs = {
-        "hidden_states": VanillaTransformerEncoderLayer,
-        "attentions": VanillaTransformerAttention,
-    }
+    _can_record_outputs = {"hidden_states": VanillaTransformerEncoderLayer, "attentions": VanillaTransformerAttention}
 
     def __init__(self, config: VanillaTransformerConfig):
         super().__init__(config, VanillaTransformerEncoderLayer, config.encoder_layers)
@@ -516,7 +440,7 @@ class VanillaTransformerDecoder(VanillaTransformerStack):
         super().__init__(config, VanillaTransformerDecoderLayer, config.decoder_layers)
 
     @capture_outputs
-    @_cache_argument
+    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -560,8 +484,7 @@ class VanillaTransformerDecoder(VanillaTransformerStack):
         hidden_states = self.embed(inputs_embeds, past_length)
         self_attention_cache = cache.self_attention_cache if isinstance(cache, EncoderDecoderCache) else cache
         # Section 3.2.3: "masking out (setting to -inf) all values in the input of the softmax which correspond to
-        # illegal connections" (position i sees positions <= i), and padding keys in both attentions. (The cache is
-        # the fourth argument under either of its names.)
+        # illegal connections" (position i sees positions <= i), and padding keys in both attentions.
         causal_mask = create_causal_mask(self.config, inputs_embeds, attention_mask, self_attention_cache)
         encoder_attention_mask = create_bidirectional_mask(
             config=self.config,
@@ -575,12 +498,12 @@ class VanillaTransformerDecoder(VanillaTransformerStack):
                 causal_mask,
                 encoder_hidden_states,  # positional, for gradient checkpointing
                 encoder_attention_mask=encoder_attention_mask,
-                **{CACHE_NAME: cache},
+                cache=cache,
                 **kwargs,
             )
         if self.layer_norm is not None:
             hidden_states = self.layer_norm(hidden_states)
-        return BaseModelOutputWithPastAndCrossAttentions(last_hidden_state=hidden_states, **{CACHE_NAME: cache})
+        return BaseModelOutputWithPastAndCrossAttentions(last_hidden_state=hidden_states, cache=cache)
 
 
 class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
@@ -609,7 +532,7 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
         self.decoder.embed_tokens = value
 
     @can_return_tuple
-    @_cache_argument
+    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -627,8 +550,7 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
         output capture; attention weights need `attn_implementation="eager"`: under sdpa transformers warns once and
         returns no weights, as for its own models), and attention-implementation arguments. `use_cache` defaults to
         `config.use_cache` in evaluation mode and to False in training mode, where a cache is never read. The cache
-        is `cache` (transformers >= 5.24's name; `past_key_values` there is deprecated, with transformers' warning)
-        or `past_key_values` (5.23's), and is returned under the installed version's name."""
+        is `cache`; `past_key_values` is its deprecated name, taken with transformers' warning as by its models."""
         if encoder_outputs is None:
             encoder_outputs = self.encoder(
                 input_ids=input_ids,
@@ -663,7 +585,7 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
         )
         return Seq2SeqModelOutput(
             last_hidden_state=decoder_outputs.last_hidden_state,
-            **{CACHE_NAME: getattr(decoder_outputs, CACHE_NAME)},
+            cache=decoder_outputs.cache,
             decoder_hidden_states=decoder_outputs.hidden_states,
             decoder_attentions=decoder_outputs.attentions,
             cross_attentions=decoder_outputs.cross_attentions,
@@ -679,23 +601,15 @@ class SourceLengthLimit(LogitsProcessor):
     it would stop alone. Rows are the batch expanded by beams / returned sequences (batch-major). No host sync: the
     forced rows are selected with `torch.where`."""
 
-    def __init__(
-        self,
-        source_lengths: torch.Tensor,
-        offset: int,
-        eos_token_id: int,
-        start_length: int = 1,
-        cap: int | None = None,
-    ):
+    def __init__(self, source_lengths: torch.Tensor, offset: int, eos_token_id: int, cap: int | None = None):
         self.limits = source_lengths.long() + offset
         if cap is not None:  # e.g. a learned position table's size
             self.limits = self.limits.clamp(max=cap)
         self.eos_token_id = eos_token_id
-        self.start_length = start_length  # the decoder start token is not part of the output
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         limits = self.limits.to(input_ids.device).repeat_interleave(input_ids.shape[0] // self.limits.shape[0])
-        generated = input_ids.shape[1] - self.start_length
+        generated = input_ids.shape[1] - 1  # the decoder start token is not part of the output
         done = generated >= limits - 1  # the next token is the last one allowed: it must be </s>
         only_eos = torch.full_like(scores[:1], torch.finfo(scores.dtype).min)
         only_eos[:, self.eos_token_id] = 0.0
@@ -781,29 +695,11 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
             source_length_offset=50,
         )
 
-    def get_input_embeddings(self):
-        return self.model.shared
-
-    def set_input_embeddings(self, value):
-        self.model.set_input_embeddings(value)
-
-    def get_output_embeddings(self):
-        return self.lm_head
-
-    def set_output_embeddings(self, value):
-        self.lm_head = value
-
-    def get_encoder(self, modality: str | None = None):
-        return self.model.encoder
-
-    def get_decoder(self, modality: str | None = None):
-        return self.model.decoder
-
     def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
 
     @can_return_tuple
-    @_cache_argument
+    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -869,7 +765,7 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
             nll_loss=nll_loss,
             num_target_tokens=num_target_tokens,
             logits=logits,
-            **{CACHE_NAME: getattr(outputs, CACHE_NAME)},
+            cache=outputs.cache,
             decoder_hidden_states=outputs.decoder_hidden_states,
             decoder_attentions=outputs.decoder_attentions,
             cross_attentions=outputs.cross_attentions,
@@ -878,7 +774,7 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
             encoder_attentions=outputs.encoder_attentions,
         )
 
-    @_generate_cache_argument
+    @deprecate_kwarg("past_key_values", "6.0.0", new_name="cache")
     @torch.no_grad()
     def generate(self, inputs: torch.Tensor | None = None, generation_config=None, logits_processor=None, **kwargs):
         """`GenerationMixin.generate`, with two additions.
@@ -888,12 +784,12 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
           it off) is added to each source's length, taken from `attention_mask`, else from the non-padding
           `input_ids`, else from the length of `inputs_embeds` / `encoder_outputs`; with learned positions, capped
           at the position table.
-        - Continuing from a returned cache: `decoder_input_ids` with the cache (`cache`; on 5.23 `past_key_values`,
-          a name that 5.24 takes with its deprecation warning, as `GenerationMixin.generate` does) are read as the
-          whole target so far (as `generate` returns it), of which the cache holds a prefix. transformers tells that
-          reading from a `decoder_attention_mask` covering the whole target; without one it would feed every target
-          token again on top of the cache, so one is supplied. A cache that already holds every given token is
-          cropped by one step, so that the last token is fed again and yields the next token's scores."""
+        - Continuing from a returned cache: `decoder_input_ids` with the cache (`cache`; `past_key_values` with the
+          deprecation warning of `GenerationMixin.generate`) are read as the whole target so far (as `generate`
+          returns it), of which the cache holds a prefix. transformers tells that reading from a
+          `decoder_attention_mask` covering the whole target; without one it would feed every target token again on
+          top of the cache, so one is supplied. A cache that already holds every given token is cropped by one step,
+          so that the last token is fed again and yields the next token's scores."""
         gen_config = generation_config if generation_config is not None else self.generation_config
         offset = getattr(gen_config, "source_length_offset", None)
         explicit_length = any(kwargs.get(k) is not None for k in ("max_length", "max_new_tokens")) or (
@@ -903,16 +799,13 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
             lengths = self._source_lengths(inputs if inputs is not None else kwargs.get("input_ids"), kwargs)
             if lengths is not None:
                 # Learned positions (not the paper) end with their table: the start token and the output must fit.
-                cap = (
-                    self.config.max_position_embeddings - 1
-                    if self.config.position_embedding_type == "learned"
-                    else None
-                )
+                learned = self.config.position_embedding_type == "learned"
+                cap = self.config.max_position_embeddings - 1 if learned else None
                 limit = SourceLengthLimit(lengths, offset, self.config.eos_token_id, cap=cap)
                 logits_processor = LogitsProcessorList([*(logits_processor or []), limit])
                 kwargs["max_new_tokens"] = int(limit.limits.max())
 
-        cache, target = kwargs.get(CACHE_NAME), kwargs.get("decoder_input_ids")
+        cache, target = kwargs.get("cache"), kwargs.get("decoder_input_ids")
         if cache is not None and target is not None and cache.get_seq_length() > 0:
             if cache.get_seq_length() >= target.shape[1]:
                 cache.crop(target.shape[1] - 1 - cache.get_seq_length())  # (crop takes the number to drop, negated)
@@ -922,16 +815,12 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
             inputs, generation_config=generation_config, logits_processor=logits_processor, **kwargs
         )
 
-    # The GNMT length penalty, inside transformers' own beam search (`GenerationMixin._beam_search`, not a copy of it):
-    # with `length_penalty_form="gnmt"` the two places where that search applies the penalty apply this one, and a
-    # finished hypothesis may come from any of the 2 x beam candidates of a step (tensor2tensor's `grow_finished`),
-    # not only from the best `beam` (transformers' and fairseq's rule). The running beams, the candidates and the cache
-    # are transformers'. With the default form nothing here changes the search: the stock methods run as they are.
-    # `early_stopping` keeps transformers' meaning, with the GNMT penalty in each rule: True ends a sentence once
-    # `num_beams` hypotheses are finished; "never" once no running hypothesis can beat the worst of them even at the
-    # maximum length (alpha >= 0 makes lp grow with the length: tensor2tensor's bound); the search then returns what
-    # decoding to the maximum length would (tensor2tensor's result); False uses transformers' heuristic (the bound at
-    # the current length). tests/test_gnmt_penalty.py checks each against a plain tensor2tensor search.
+    # The GNMT length penalty (`length_penalty_form="gnmt"`) inside transformers' own beam search
+    # (`GenerationMixin._beam_search`, not a copy of it): the two places where that search applies the penalty
+    # (`_update_finished_beams`, `_check_early_stop_heuristic`) apply this one. The running beams, the candidates and
+    # the cache are transformers'; with the default form the stock methods run as they are. `early_stopping` keeps
+    # transformers' meaning (True: a sentence ends once `num_beams` hypotheses are finished), with the GNMT penalty in
+    # each rule. tests/test_gnmt_penalty.py checks each against a plain tensor2tensor search.
 
     def _prepare_generation_config(self, generation_config, *args, **kwargs):
         """transformers' preparation, also taking `length_penalty_form=` as a `generate` keyword (transformers takes
@@ -945,53 +834,41 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         return generation_config, model_kwargs
 
     def _beam_search(self, input_ids, logits_processor, stopping_criteria, generation_config, *args, **kwargs):
-        """`GenerationMixin._beam_search`; with the GNMT form, its alpha marked so that the penalty's two helpers below
-        apply that form."""
+        """`GenerationMixin._beam_search`, with the GNMT form's alpha marked (`_GnmtAlpha`) for the helpers below."""
         if length_penalty_form(generation_config) == "gnmt":
             generation_config = copy.copy(generation_config)
             generation_config.length_penalty = _GnmtAlpha(generation_config.length_penalty)
         return super()._beam_search(input_ids, logits_processor, stopping_criteria, generation_config, *args, **kwargs)
 
-    def _update_finished_beams(
-        self, *, topk_log_probs, top_num_beam_mask, cur_len, decoder_prompt_len, length_penalty, **kwargs
-    ):
+    def _update_finished_beams(self, *, topk_log_probs, top_num_beam_mask, length_penalty, **kwargs):
         """transformers' update of the finished hypotheses. GNMT form: the candidates' log-probabilities divided by
         ((5 + |Y|) / 6) ** alpha here (transformers' own division then by |Y| ** 0 = 1), and every candidate of the
-        step that ends may enter (tensor2tensor), not only those among the best `num_beams`."""
+        step that ends may enter (tensor2tensor's `grow_finished`), not only those among the best `num_beams`
+        (transformers' and fairseq's rule)."""
         if isinstance(length_penalty, _GnmtAlpha):
-            length = cur_len + 1 - decoder_prompt_len  # the candidates' generated tokens, </s> included
+            # |Y|: the candidates' generated tokens, </s> included.
+            length = kwargs["cur_len"] + 1 - kwargs["decoder_prompt_len"]
             topk_log_probs = topk_log_probs / gnmt_length_penalty(length, float(length_penalty))
             top_num_beam_mask = torch.ones_like(top_num_beam_mask)
             length_penalty = 0.0
         return super()._update_finished_beams(
-            topk_log_probs=topk_log_probs,
-            top_num_beam_mask=top_num_beam_mask,
-            cur_len=cur_len,
-            decoder_prompt_len=decoder_prompt_len,
-            length_penalty=length_penalty,
-            **kwargs,
+            topk_log_probs=topk_log_probs, top_num_beam_mask=top_num_beam_mask, length_penalty=length_penalty, **kwargs
         )
 
-    def _check_early_stop_heuristic(
-        self, *, running_beam_scores, cur_len, max_length, decoder_prompt_len, early_stopping, length_penalty, **kwargs
-    ):
+    def _check_early_stop_heuristic(self, *, running_beam_scores, length_penalty, **kwargs):
         """transformers' test of whether a running hypothesis can still beat the finished ones. GNMT form: the best
-        running log-probability divided by ((5 + L) / 6) ** alpha, L the maximum length for `early_stopping="never"`
-        (the best it can reach, as tensor2tensor bounds it) and the current length otherwise, as transformers
-        chooses L; transformers' own division is then by L ** 0 = 1."""
+        running log-probability divided by ((5 + L) / 6) ** alpha; transformers' own division is then by L ** 0 = 1.
+        L is the maximum length for `early_stopping="never"`: alpha >= 0 makes lp grow with the length, so that is the
+        best a hypothesis can reach (tensor2tensor's bound), and the search returns what decoding to the maximum length
+        would (tensor2tensor's result). Otherwise it is the current length, as transformers chooses it."""
         if isinstance(length_penalty, _GnmtAlpha):
             alpha = float(length_penalty)
-            best_length = (max_length if early_stopping == "never" and alpha > 0 else cur_len) - decoder_prompt_len
+            never = kwargs["early_stopping"] == "never" and alpha > 0
+            best_length = (kwargs["max_length"] if never else kwargs["cur_len"]) - kwargs["decoder_prompt_len"]
             running_beam_scores = running_beam_scores / gnmt_length_penalty(best_length, alpha)
             length_penalty = 0.0
         return super()._check_early_stop_heuristic(
-            running_beam_scores=running_beam_scores,
-            cur_len=cur_len,
-            max_length=max_length,
-            decoder_prompt_len=decoder_prompt_len,
-            early_stopping=early_stopping,
-            length_penalty=length_penalty,
-            **kwargs,
+            running_beam_scores=running_beam_scores, length_penalty=length_penalty, **kwargs
         )
 
     def _source_lengths(self, source_ids: torch.Tensor | None, kwargs: dict) -> torch.Tensor | None:
