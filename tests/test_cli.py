@@ -607,3 +607,12 @@ def test_the_console_script_imports_no_torch_and_the_package_registers_on_import
     )
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.split()[-1] == "VanillaTransformerForConditionalGeneration"
+
+
+def test_the_command_lines_penalty_forms_are_the_models():
+    """`--length_penalty_form`'s choices are written out in command_line.py (the modeling file loads torch, which
+    `--help` must not); this keeps the copy equal to the forms the model defines."""
+    from vanilla_transformer.command_line import PENALTY_FORMS
+    from vanilla_transformer.modeling_vanilla_transformer import LENGTH_PENALTY_FORMS
+
+    assert tuple(LENGTH_PENALTY_FORMS) == PENALTY_FORMS
