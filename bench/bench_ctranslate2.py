@@ -55,7 +55,6 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data" / "multi30k"
-MODULE_FILE = ROOT / "vanilla_transformer" / "translation" / "ctranslate2.py"
 
 
 def read_gz(path: Path, limit: int | None = None) -> list[str]:
@@ -73,14 +72,14 @@ def worker(args) -> None:
     sentences = json.loads(Path(args.sentences_file).read_text(encoding="utf-8"))
     engine, dtype = args.engine.split("-")
     if engine == "ct2":
-        # The translation code without the package (whose import loads torch): the module file alone.
-        import importlib.util
-
         import ctranslate2  # noqa: F401  (first: its own OpenMP runtime)
 
-        spec = importlib.util.spec_from_file_location("export_ctranslate2", MODULE_FILE)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
+        # The package without its registration with transformers' Auto classes (as the console script imports it);
+        # the engine's tokenization helpers still import torch when first used.
+        os.environ["VANILLA_TRANSFORMER_REGISTER_LATER"] = "1"
+        sys.path.insert(0, str(ROOT))
+        from vanilla_transformer.translation import ctranslate2 as module
+
         model = module.CTranslate2Model(args.model, compute_type=dtype, intra_threads=args.threads)
 
         def run(beams, lines):
