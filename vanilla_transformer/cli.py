@@ -60,6 +60,7 @@ from .command_line import (
     add_decoding_options,
     apply_decoding,
     decoding_options,
+    quiet_progress_bars,
     unrecognized,
 )
 from .evaluation.commands import add_attention_parser, add_score_parser
@@ -120,7 +121,24 @@ def add_demo_parser(commands) -> None:
     )
     add_decoding_options(d, sampling=False)  # the page's "model default" decoding
     add_checkpoint_options(d)
-    d.set_defaults(func=cmd_demo, command_parser=d)
+    d.set_defaults(func=cmd_demo, check=check_demo, command_parser=d)
+
+
+def check_demo(args) -> None:
+    """The checks of `demo` that need only its options and the file system, run before torch and gradio load."""
+    if not 0 <= args.port <= 65535:
+        raise ValueError(f"--port must be between 0 and 65535 (0: the first free one from 7860 up), got {args.port}.")
+    if not args.host.strip():
+        raise ValueError("--host must name an interface, e.g. 127.0.0.1 (this machine only) or 0.0.0.0 (every one).")
+    if args.write_space is not None:
+        if args.compare is not None:
+            raise ValueError("--compare is for the page served here: --write_space writes a Space for one model.")
+        return
+    if args.requirement is not None:
+        raise ValueError("--requirement is for --write_space (the Space's requirements.txt).")
+    check_model_location(args.model)
+    if args.compare is not None:
+        check_model_location(args.compare, option="--compare")
 
 
 def _display_name(model: str) -> str:
@@ -131,13 +149,8 @@ def _display_name(model: str) -> str:
 def cmd_demo(args) -> int:
     """The web page (vanilla_transformer/demo/, docs/demo.md), or with --write_space a Space that runs it."""
     decoding = decoding_options(args)  # the page's "model default" decoding, and its controls' first values
-    if not 0 <= args.port <= 65535:
-        raise ValueError(f"--port must be between 0 and 65535 (0: the first free one from 7860 up), got {args.port}.")
-    if not args.host.strip():
-        raise ValueError("--host must name an interface, e.g. 127.0.0.1 (this machine only) or 0.0.0.0 (every one).")
+    check_demo(args)  # again, for a caller that did not run main: before gradio, torch and the weights are loaded
     if args.write_space is not None:
-        if args.compare is not None:
-            raise ValueError("--compare is for the page served here: --write_space writes a Space for one model.")
         if decoding:
             raise ValueError(
                 "the decoding options are for the page served here: a Space decodes as its model's config."
@@ -147,11 +160,6 @@ def cmd_demo(args) -> int:
         path = write_space(args.write_space, args.model, revision=args.revision, requirement=args.requirement)
         print(f"Space written in {path}: upload it with `hf upload --repo-type space NAME {path}`")
         return 0
-    if args.requirement is not None:
-        raise ValueError("--requirement is for --write_space (the Space's requirements.txt).")
-    check_model_location(args.model)  # before gradio, torch and the weights are loaded
-    if args.compare is not None:
-        check_model_location(args.compare, option="--compare")
     from .demo import DEMO_HINT, VocabularyMismatch, build_demo, launch_demo
 
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
@@ -222,10 +230,14 @@ def main(argv: list[str] | None = None) -> int:
         getattr(args, "command_parser", parser).error(unrecognized(getattr(args, "command_parser", parser), extras))
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.WARNING, format=f"{PROG}: %(levelname)s: %(message)s")
+    if getattr(args, "quiet", False) or not sys.stderr.isatty():
+        quiet_progress_bars()  # no "Loading weights" bar in a log file
     from . import register
 
-    register()  # a no-op after `import vanilla_transformer`; the console script defers it to here (its docstring)
     try:
+        if getattr(args, "check", None) is not None:
+            args.check(args)  # what needs only the options and the file system: before torch and the model load
+        register()  # a no-op after `import vanilla_transformer`; the console script defers it to here (its docstring)
         return args.func(args)
     except ValueError as error:  # an option or input that cannot work, found before (or instead of) the work
         print(f"{args.command_parser.prog}: error: {error}", file=sys.stderr)

@@ -11,9 +11,12 @@ transformers or huggingface_hub, so that `--help` answers at once.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import difflib
 import math
+import os
 import sys
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 
@@ -139,50 +142,147 @@ def probability(text: str) -> float:
 # ------------------------------------------------------------------------------------------------ line files
 
 
-def read_lines(source: str, option: str = "--input") -> list[str]:
-    """The lines of `source` ("-" = stdin) decoded as UTF-8, split on "\\n" only, trailing "\\r" removed; errors
-    name `option`, the flag that gave `source`."""
-    if source == "-":
-        data = sys.stdin.buffer.read() if hasattr(sys.stdin, "buffer") else sys.stdin.read().encode("utf-8")
-        name = "standard input"
-    else:
-        path = Path(source)
-        if not path.is_file():
+def check_input(source: str, option: str = "--input") -> None:
+    """ValueError naming `option` unless `source` is "-" (stdin) or a file: checked before anything is loaded."""
+    if source != "-" and not Path(source).is_file():
+        raise ValueError(
+            f"{option} {source!r} is not a file: pass a text file with one sentence per line, or '-' to read "
+            f"standard input."
+        )
+
+
+def iter_lines(source: str, option: str = "--input") -> Iterator[str]:
+    """The lines of `source` ("-" = stdin) one at a time, as they are read: decoded as UTF-8, split on "\\n" only
+    (never on the other characters `str.splitlines` breaks at, which can occur inside a sentence), a trailing "\\r"
+    and a byte-order mark removed. Memory holds one line, whatever the input's size. Errors name `option`, the flag
+    that gave `source`: a missing file at once, a line that is not UTF-8 when it is reached."""
+    check_input(source, option)
+    return _decoded_lines(source, option)
+
+
+def _decoded_lines(source: str, option: str) -> Iterator[str]:
+    if source != "-":
+        with open(source, "rb") as stream:
+            yield from _byte_lines(stream, source, option)
+    elif hasattr(sys.stdin, "buffer"):
+        yield from _byte_lines(sys.stdin.buffer, "standard input", option)
+    else:  # a text stream with no bytes beneath (a test's StringIO): the same lines from its text
+        yield from _byte_lines((line.encode("utf-8") for line in _split_text(sys.stdin)), "standard input", option)
+
+
+def _split_text(stream) -> Iterator[str]:
+    """The lines of a text stream split on "\\n" only, each with its "\\n" (a text stream's iteration would also
+    break at "\\r")."""
+    pending = ""
+    for chunk in iter(lambda: stream.read(1 << 16), ""):
+        *lines, pending = (pending + chunk).split("\n")
+        yield from (line + "\n" for line in lines)
+    if pending:
+        yield pending
+
+
+def _byte_lines(stream, name: str, option: str) -> Iterator[str]:
+    # Binary files iterate on b"\n" only, and no byte of a multi-byte UTF-8 character is b"\n": line by line
+    # decoding is the whole file's.
+    for number, data in enumerate(stream, start=1):
+        try:
+            line = data.decode("utf-8")
+        except UnicodeDecodeError as error:
             raise ValueError(
-                f"{option} {source!r} is not a file: pass a text file with one sentence per line, or '-' to read "
-                f"standard input."
-            )
-        data, name = path.read_bytes(), source
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as error:
-        raise ValueError(f"{option} {name} is not UTF-8 ({error}): convert it, e.g. `iconv -t UTF-8`.") from None
-    if text.startswith("\ufeff"):  # a byte-order mark is not part of the first sentence
-        text = text[1:]
-    if not text:
-        return []
-    lines = text.split("\n")
-    if lines[-1] == "":  # the newline that ends the last line does not start another one
-        lines.pop()
-    return [line[:-1] if line.endswith("\r") else line for line in lines]
+                f"{option} {name} is not UTF-8 (line {number}: {error}): convert it, e.g. `iconv -t UTF-8`."
+            ) from None
+        if number == 1 and line.startswith("\ufeff"):  # a byte-order mark is not part of the first sentence
+            line = line[1:]
+        line = line[:-1] if line.endswith("\n") else line
+        yield line[:-1] if line.endswith("\r") else line
+
+
+def read_lines(source: str, option: str = "--input") -> list[str]:
+    """Every line of `source` ("-" = stdin), as `iter_lines` reads them."""
+    return list(iter_lines(source, option))
+
+
+def count_lines(source: str) -> int | None:
+    """The number of lines of the file `source` (a last line without "\\n" counts), read in blocks without keeping
+    them; None for stdin ("-"), which can be read only once."""
+    if source == "-":
+        return None
+    count, last = 0, b"\n"
+    with open(source, "rb") as stream:
+        for block in iter(lambda: stream.read(1 << 20), b""):
+            count += block.count(b"\n")
+            last = block[-1:]
+    return count + (last != b"\n")
+
+
+def check_output(target: str, option: str = "--output", *, source: str | None = None) -> None:
+    """ValueError naming `option` unless `target` is "-" (stdout) or a file that can be created: its directory
+    exists, it is not a directory, and it is not the input file `source` (writing would empty it before it is read).
+    Checked before anything is loaded, so that no work is lost to a wrong path at the end."""
+    if target == "-":
+        return
+    path = Path(target)
+    if path.is_dir():
+        raise ValueError(
+            f"{option} {target!r} is a directory: name the file to write, e.g. {str(path / 'out.txt')!r}."
+        )
+    if not path.parent.is_dir():
+        raise ValueError(f"{option} {target!r}: the directory {str(path.parent)!r} does not exist; create it first.")
+    if source not in (None, "-") and path.exists() and path.samefile(source):
+        raise ValueError(f"{option} {target!r} is the input file: writing it would erase the sentences to translate.")
+
+
+def _encode(lines: Iterable[str]) -> bytes:
+    return "".join(line.replace("\r", " ").replace("\n", " ") + "\n" for line in lines).encode("utf-8")
+
+
+def _write_stdout(data: bytes) -> None:
+    buffer = getattr(sys.stdout, "buffer", None)
+    if buffer is None:
+        sys.stdout.write(data.decode("utf-8"))
+        sys.stdout.flush()
+    else:
+        sys.stdout.flush()
+        buffer.write(data)
+        buffer.flush()
 
 
 def write_lines(target: str, lines: list[str]) -> None:
-    """Write one line per item ("-" = stdout), UTF-8, each ended by "\\n"."""
-    data = "".join(line.replace("\r", " ").replace("\n", " ") + "\n" for line in lines).encode("utf-8")
+    """Write one line per item ("-" = stdout), UTF-8, each ended by "\\n" (a line break inside an item: a space)."""
+    check_output(target)
     if target == "-":
-        buffer = getattr(sys.stdout, "buffer", None)
-        if buffer is None:
-            sys.stdout.write(data.decode("utf-8"))
-        else:
-            sys.stdout.flush()
-            buffer.write(data)
-            buffer.flush()
+        _write_stdout(_encode(lines))
+    else:
+        Path(target).write_bytes(_encode(lines))
+
+
+@contextlib.contextmanager
+def line_writer(target: str, *, atomic: bool = False) -> Iterator[Callable[[Iterable[str]], None]]:
+    """A function that appends lines to `target` ("-" = stdout) as `write_lines` writes them, each call's lines
+    flushed at once: what was written stays written if the process stops. `atomic`: the lines go to a temporary
+    file beside `target` (`.NAME.partial`), renamed to `target` when the block ends without an error and removed
+    otherwise, so that `target` is either the complete output or as it was."""
+    check_output(target)
+    if target == "-":
+        yield lambda lines: _write_stdout(_encode(lines))
         return
     path = Path(target)
-    if path.parent and not path.parent.is_dir():
-        raise ValueError(f"--output {target!r}: the directory {str(path.parent)!r} does not exist; create it first.")
-    path.write_bytes(data)
+    written = path.with_name(f".{path.name}.partial") if atomic else path
+    with open(written, "wb") as stream:
+
+        def write(lines: Iterable[str]) -> None:
+            stream.write(_encode(lines))
+            stream.flush()
+
+        try:
+            yield write
+        except BaseException:
+            if atomic:
+                stream.close()
+                written.unlink(missing_ok=True)
+            raise
+    if atomic:
+        os.replace(written, path)
 
 
 # ------------------------------------------------------------------------------------------------ model options
@@ -198,6 +298,26 @@ def add_checkpoint_options(parser: argparse.ArgumentParser) -> None:
         help="allow running the model code stored in the checkpoint instead of this package's (needed only "
         "for checkpoints whose code this package does not provide)",
     )
+    parser.add_argument(
+        "--quiet",
+        action="store_true",
+        help="no progress bars (loading the weights, translating); without --quiet they are drawn only when stderr "
+        "is a terminal, never into a log file",
+    )
+
+
+def quiet_progress_bars() -> None:
+    """No progress bars from huggingface_hub and transformers ("Loading weights", downloads): set before they are
+    imported (HF_HUB_DISABLE_PROGRESS_BARS, which both read), and switched off where they already are."""
+    os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
+    if "huggingface_hub" in sys.modules:
+        from huggingface_hub.utils import disable_progress_bars
+
+        disable_progress_bars()
+    if "transformers" in sys.modules:
+        from transformers.utils.logging import disable_progress_bar
+
+        disable_progress_bar()
 
 
 # ------------------------------------------------------------------------------------------------ decoding options

@@ -90,6 +90,15 @@ def paper_style_tokenize(text: str, lang: str) -> str:
     return _COMPOUND.sub(r"\1 ##AT##-##AT## \2", _moses(lang).tokenize(text, return_str=True, escape=True))
 
 
+# The language codes Moses' tokenizer has nonbreaking prefixes for (sacremoses' NonbreakingPrefixes; any other code
+# is tokenized as English without a word). Copied here because importing sacremoses takes half a second, which
+# `score --lang` would spend before refusing a code; tests/test_metrics.py checks the copy against sacremoses.
+MOSES_LANGUAGES = (
+    "as bn ca cs de el en es et fi fr ga gu hi hu is it kn lt lv ml mni mr nl or pa pl pt ro ru sk sl sv ta tdt te "
+    "yue zh"
+).split()
+
+
 @lru_cache(maxsize=8)
 def _moses(lang: str):
     from sacremoses import MosesTokenizer
@@ -112,6 +121,10 @@ def paper_style_bleu(predictions: Sequence[str], references: Sequence[str], lang
         raise ValueError(
             f"`predictions` has {len(predictions)} sentences and `references` {len(references)}: give one reference "
             f"per prediction, in the same order (at least one)."
+        )
+    if lang not in MOSES_LANGUAGES:
+        raise ValueError(
+            f"lang={lang!r} is not a language code Moses' tokenizer knows ({', '.join(MOSES_LANGUAGES)})."
         )
     hypotheses = [paper_style_tokenize(text, lang) for text in predictions]
     targets = [paper_style_tokenize(text, lang) for text in references]

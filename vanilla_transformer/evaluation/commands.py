@@ -11,7 +11,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..command_line import add_checkpoint_options, add_decoding_options, decoding_options, read_lines
+from ..command_line import (
+    add_checkpoint_options,
+    add_decoding_options,
+    check_output,
+    decoding_options,
+    read_lines,
+)
+from ..translation.loading import check_model_location
 from ..translation.shipped import resolve_model
 
 
@@ -55,7 +62,22 @@ def add_attention_parser(commands) -> None:
     a.add_argument("--device", default="auto", help="torch device: auto (default), cpu, cuda, mps")
     add_decoding_options(a, max_new_tokens=True)  # for the model's translation (without --target)
     add_checkpoint_options(a)
-    a.set_defaults(func=cmd_attention, command_parser=a)
+    a.set_defaults(func=cmd_attention, check=check_attention, command_parser=a)
+
+
+def check_attention(args) -> None:
+    """The checks of `attention` that need only its options and the file system, run before torch is imported: the
+    sentence (and --target) not blank, the figure's directory, the model's location."""
+    if not args.source.strip():
+        raise ValueError(
+            f'SOURCE {args.source!r} is empty: give the sentence to draw, e.g. "A man is riding a bicycle."'
+        )
+    if args.target is not None and not args.target.strip():
+        raise ValueError(f"--target {args.target!r} is empty: give the translation of SOURCE, or leave --target out.")
+    check_output(args.output)
+    if not Path(args.output).suffix:
+        raise ValueError(f"--output {args.output!r}: the file name must end in the figure's format: .png, .svg, .pdf.")
+    check_model_location(args.model)
 
 
 def cmd_attention(args) -> int:
@@ -134,16 +156,16 @@ def add_score_parser(commands) -> None:
     s.add_argument(
         "--lang", default=None, metavar="CODE", help="target language (e.g. de): also print the paper-style BLEU"
     )
-    s.set_defaults(func=cmd_score, command_parser=s)
+    s.set_defaults(func=cmd_score, check=check_score, command_parser=s)
 
 
-def cmd_score(args) -> int:
-    """BLEU of a translation file against its references: sacreBLEU (the figure this package reports), and with
-    `--lang` the paper's tokenized, compound-split BLEU (Table 2's method) beside it."""
-    hypotheses, references = (
-        read_lines(args.hypotheses, "--hypotheses"),
-        read_lines(args.references, "--references"),
-    )
+def check_score(args) -> None:
+    """The checks of `score` before sacreBLEU is imported: both files read (kept on `args` for `cmd_score`: a '-'
+    can be read once), as many lines in each, at least one, and a --lang that Moses' tokenizer knows."""
+    if args.hypotheses == "-" and args.references == "-":
+        raise ValueError("--hypotheses and --references are both '-': standard input can give only one of them.")
+    args.lines = (read_lines(args.hypotheses, "--hypotheses"), read_lines(args.references, "--references"))
+    hypotheses, references = args.lines
     if len(hypotheses) != len(references):
         raise ValueError(
             f"--hypotheses has {len(hypotheses)} lines and --references {len(references)}: line i of one must be "
@@ -151,6 +173,22 @@ def cmd_score(args) -> int:
         )
     if not hypotheses:
         raise ValueError("--hypotheses is empty: BLEU needs at least one sentence.")
+    if args.lang is not None:
+        from .bleu import MOSES_LANGUAGES
+
+        if args.lang not in MOSES_LANGUAGES:
+            raise ValueError(
+                f"--lang {args.lang!r} is not a language code that Moses' tokenizer knows "
+                f"({', '.join(MOSES_LANGUAGES)})."
+            )
+
+
+def cmd_score(args) -> int:
+    """BLEU of a translation file against its references: sacreBLEU (the figure this package reports), and with
+    `--lang` the paper's tokenized, compound-split BLEU (Table 2's method) beside it."""
+    if getattr(args, "lines", None) is None:  # a caller that did not run main's check
+        check_score(args)
+    hypotheses, references = args.lines
     from .bleu import compute_bleu, paper_style_bleu
 
     sacre = compute_bleu(hypotheses, references)

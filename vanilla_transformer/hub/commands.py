@@ -9,8 +9,9 @@ The parser is built without huggingface_hub (push.py imports it at its top): `cm
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
-from ..translation.shipped import resolve_model
+from ..translation.shipped import closest_shipped, resolve_model
 
 
 def add_push_parser(commands) -> None:
@@ -67,10 +68,39 @@ def add_push_parser(commands) -> None:
     p.add_argument(
         "--dry_run", action="store_true", help="list the files that would be uploaded and exit (no network)"
     )
-    p.set_defaults(func=cmd_push, command_parser=p)
+    p.set_defaults(func=cmd_push, check=check_push, command_parser=p)
+
+
+def check_push(args) -> None:
+    """The checks of `push` that need only its options and the file system, run before huggingface_hub's client and
+    torch are loaded: OUTPUT_DIR a directory with a config.json, a repo id that huggingface_hub's own validation
+    takes, a --results file that exists. `files_to_push` then checks what the directory holds."""
+    if not Path(args.output_dir).is_dir():
+        close = closest_shipped(args.output_dir) if "/" not in args.output_dir else None
+        hint = f" (did you mean the shipped model {close}?)" if close else ""
+        raise ValueError(
+            f"output_dir {args.output_dir!r} is not a directory{hint}: pass `vanilla-transformer train`'s "
+            f"--output_dir, a shipped model's name or a save_pretrained directory holding the tokenizer."
+        )
+    if not (Path(args.output_dir) / "config.json").is_file():
+        raise ValueError(
+            f"output_dir {args.output_dir!r} has no config.json: it is not a saved model (`vanilla-transformer "
+            f"train` writes the final model at the top of its --output_dir when training ends)."
+        )
+    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.utils import validate_repo_id
+
+    try:
+        validate_repo_id(args.repo_id)
+    except HFValidationError as error:
+        message = " ".join(str(error).split())
+        raise ValueError(f"repo_id {args.repo_id!r} is not a valid Hub repo id ({message})") from None
+    if args.results is not None and not Path(args.results).is_file():
+        raise ValueError(f"--results {args.results!r} is not a file: pass the results JSON the card is written from.")
 
 
 def cmd_push(args) -> int:
+    check_push(args)  # again, for a caller that did not run main
     from .push import DEFAULT_COMMIT_MESSAGE, files_to_push, push_run
 
     files = files_to_push(args.output_dir)  # a wrong OUTPUT_DIR fails here, before the Hub is asked anything

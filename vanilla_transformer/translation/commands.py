@@ -11,6 +11,7 @@ functions import what they run.
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 from pathlib import Path
 
@@ -18,11 +19,14 @@ from ..command_line import (
     PROG,
     add_checkpoint_options,
     add_decoding_options,
+    check_input,
     check_n_best,
+    check_output,
+    count_lines,
     decoding_options,
+    iter_lines,
+    line_writer,
     positive_int,
-    read_lines,
-    write_lines,
 )
 from .loading import DTYPES, check_model_location
 from .shipped import resolve_model, shipped_models
@@ -36,8 +40,11 @@ def add_translate_parser(commands) -> None:
     t = commands.add_parser(
         "translate",
         help="translate text, one sentence per line",
-        description="Translate one sentence per line with a trained model, in batches sorted by length, keeping the "
-        "input order and empty lines; an over-long line is truncated to what the model takes, with a warning.",
+        description="Translate one sentence per line with a trained model, keeping the input order and empty lines; "
+        "an over-long line is truncated to what the model takes, with a warning. The input is read --window lines at "
+        "a time, translated in batches sorted by length, and written in input order as each window is done: memory "
+        "does not grow with the input, and output written before an interruption (Ctrl-C) stays, line for line the "
+        "beginning of the full output.",
     )
     t.add_argument(
         "--model",
@@ -55,7 +62,22 @@ def add_translate_parser(commands) -> None:
     t.add_argument(
         "--output", default="-", metavar="FILE", help="where to write one translation per line; '-' = stdout (default)"
     )
+    t.add_argument(
+        "--all_or_nothing",
+        action="store_true",
+        help="write --output through a temporary file beside it (.FILE.partial), renamed to FILE only when every "
+        "line is translated: FILE is then the complete output or untouched. Default: FILE is written window by "
+        "window, so that an interrupted run keeps what it translated",
+    )
     t.add_argument("--batch_size", type=positive_int, default=32, metavar="N", help="sentences per batch (default 32)")
+    t.add_argument(
+        "--window",
+        type=positive_int,
+        default=1024,
+        metavar="N",
+        help="lines read, sorted by length and translated before their translations are written (default 1024): "
+        "more sorts more sentences together (less padding), fewer writes the first lines sooner",
+    )
     t.add_argument(
         "--device",
         default="auto",
@@ -85,20 +107,74 @@ def add_translate_parser(commands) -> None:
     )
     add_decoding_options(t, n_best=True, max_new_tokens=True)
     add_checkpoint_options(t)
-    t.set_defaults(func=cmd_translate, command_parser=t)
+    t.set_defaults(func=cmd_translate, check=check_translate, command_parser=t)
+
+
+def check_translate(args) -> None:
+    """The checks of `translate` that need only its options and the file system, run before torch is imported: the
+    model's location, the input file, the output's directory, the options of the other engine."""
+    check_input(args.input)
+    check_output(args.output, source=args.input)
+    if args.engine == "ctranslate2":
+        for option, value in (("--dtype", args.dtype), ("--revision", args.revision)):
+            if value is not None:
+                raise ValueError(
+                    f"{option} is for --engine transformers; an exported CTranslate2 model has its weight "
+                    f"type fixed at export (--compute_type converts it when loading)."
+                )
+        if args.trust_remote_code:
+            raise ValueError(
+                "--trust_remote_code is for --engine transformers: a CTranslate2 model runs no model code."
+            )
+        if args.device not in ("auto", "cpu", "cuda"):
+            raise ValueError(f"--device {args.device!r}: CTranslate2 takes auto, cpu or cuda.")
+        if not Path(args.model).is_dir():
+            raise ValueError(
+                f"--model {args.model!r} is not a directory: with --engine ctranslate2 pass the directory "
+                f"written by `{PROG} export ctranslate2 MODEL OUTPUT_DIR`."
+            )
+        return
+    if args.compute_type is not None:
+        raise ValueError("--compute_type is for --engine ctranslate2; with transformers use --dtype.")
+    check_model_location(args.model)
+
+
+def _write_translations(args, translated) -> int:
+    """Write each window of `translated` ((index of its first line, its translations), `translate_stream`'s) to
+    --output as it comes, flushed (through a temporary file with --all_or_nothing). Ctrl-C: what was written stays,
+    one line on stderr says how much, exit status 130."""
+    done = 0  # input lines whose translations are written
+    try:
+        with line_writer(args.output, atomic=args.all_or_nothing) as write:
+            for start, translations in translated:
+                count = len(translations)
+                if args.n_best is not None:  # one line per hypothesis: index, score, text (fairseq-generate's H-)
+                    translations = [
+                        f"{start + i}\t{score:.6f}\t{text}"
+                        for i, hyps in enumerate(translations)
+                        for score, text in hyps
+                    ]
+                write(translations)
+                done = start + count
+    except KeyboardInterrupt:
+        target = "standard output" if args.output == "-" else args.output
+        if args.all_or_nothing and args.output != "-":
+            kept = f"{target} is left as it was (--all_or_nothing)"
+        else:
+            kept = f"the translations of the first {done} lines are in {target}"
+        print(f"{PROG} translate: interrupted; {kept}", file=sys.stderr)
+        return 130
+    return 0
 
 
 def cmd_translate(args) -> int:
     options = decoding_options(args)
     if args.engine == "ctranslate2":
         return cmd_translate_ctranslate2(args, options)
-    if args.compute_type is not None:
-        raise ValueError("--compute_type is for --engine ctranslate2; with transformers use --dtype.")
+    check_translate(args)  # again, for a caller that did not run main: nothing here is loaded yet
     from .loading import load_model, resolve_device
 
-    check_model_location(args.model)  # bad options and input fail before torch is imported and the model loaded
     device = resolve_device(args.device)
-    lines = read_lines(args.input)
     model, tokenizer = load_model(
         args.model,
         revision=args.revision,
@@ -106,40 +182,32 @@ def cmd_translate(args) -> int:
         device=device,
         trust_remote_code=args.trust_remote_code,
     )
-    from .translate import translate
+    from .translate import translate_stream
 
     check_n_best(args.n_best, options, model.generation_config)
     if args.seed is not None:
         import torch
 
         torch.manual_seed(args.seed)
-    translations = translate(
+    translated = translate_stream(
         model,
         tokenizer,
-        lines,
+        iter_lines(args.input),
+        window=args.window,
         batch_size=args.batch_size,
-        progress=sys.stderr.isatty(),
+        progress=sys.stderr.isatty() and not args.quiet,
+        total=count_lines(args.input),
         n_best=args.n_best,
         **options,
     )
-    if args.n_best is not None:  # one line per hypothesis: index, score, text (fairseq-generate's H- lines' fields)
-        translations = [f"{i}\t{score:.6f}\t{text}" for i, hyps in enumerate(translations) for score, text in hyps]
-    write_lines(args.output, translations)
-    return 0
+    return _write_translations(args, translated)
 
 
 def cmd_translate_ctranslate2(args, options: dict) -> int:
     """`translate --engine ctranslate2`: the same input and output handling, decoding by CTranslate2."""
     from .ctranslate2 import CTranslate2Model, import_ctranslate2, translate_ctranslate2
 
-    for option, value in (("--dtype", args.dtype), ("--revision", args.revision)):
-        if value is not None:
-            raise ValueError(
-                f"{option} is for --engine transformers; an exported CTranslate2 model has its weight "
-                f"type fixed at export (--compute_type converts it when loading)."
-            )
-    if args.trust_remote_code:
-        raise ValueError("--trust_remote_code is for --engine transformers: a CTranslate2 model runs no model code.")
+    check_translate(args)  # again, for a caller that did not run main: nothing here is loaded yet
     # CTranslate2 has beam search with the length ** alpha penalty and a length limit; what this engine reproduces of
     # `generate` is that (translation/ctranslate2.py), not n-best lists, sampling or the GNMT penalty.
     if options.get("length_penalty_form") == "gnmt":
@@ -150,14 +218,6 @@ def cmd_translate_ctranslate2(args, options: dict) -> int:
     if args.n_best is not None or options.get("do_sample"):
         flag = "--n_best" if args.n_best is not None else "--sample/--temperature/--top_k/--top_p"
         raise ValueError(f"{flag} is for --engine transformers; --engine ctranslate2 writes the best translation.")
-    if args.device not in ("auto", "cpu", "cuda"):
-        raise ValueError(f"--device {args.device!r}: CTranslate2 takes auto, cpu or cuda.")
-    if not Path(args.model).is_dir():
-        raise ValueError(
-            f"--model {args.model!r} is not a directory: with --engine ctranslate2 pass the directory "
-            f"written by `{PROG} export ctranslate2 MODEL OUTPUT_DIR`."
-        )
-    lines = read_lines(args.input)
     try:
         ct2 = import_ctranslate2()
     except ImportError as error:
@@ -166,17 +226,29 @@ def cmd_translate_ctranslate2(args, options: dict) -> int:
     if device == "auto":
         device = "cuda" if ct2.get_cuda_device_count() > 0 else "cpu"
     model = CTranslate2Model(args.model, device=device, compute_type=args.compute_type or "default")
-    translations = translate_ctranslate2(
-        model,
-        lines,
-        batch_size=args.batch_size,
-        num_beams=options.get("num_beams"),
-        length_penalty=options.get("length_penalty"),
-        max_new_tokens=options.get("max_new_tokens"),
-        progress=sys.stderr.isatty(),
-    )
-    write_lines(args.output, translations)
-    return 0
+    from tqdm.auto import tqdm
+
+    from .translate import windows
+
+    def translated():  # window by window, as translate_stream does with the PyTorch model
+        total, progress = count_lines(args.input), sys.stderr.isatty() and not args.quiet
+        with tqdm(total=total, desc="translate", unit="sent", disable=not progress) as bar:
+            for start, chunk in windows(iter_lines(args.input), args.window):
+                yield (
+                    start,
+                    translate_ctranslate2(
+                        model,
+                        chunk,
+                        batch_size=args.batch_size,
+                        num_beams=options.get("num_beams"),
+                        length_penalty=options.get("length_penalty"),
+                        max_new_tokens=options.get("max_new_tokens"),
+                        progress=bar,
+                        start=start,
+                    ),
+                )
+
+    return _write_translations(args, translated())
 
 
 # ------------------------------------------------------------------------------------------------ export
@@ -206,24 +278,44 @@ def add_export_parser(commands) -> None:
         help="a shipped model's name, a checkpoint directory (`vanilla-transformer train`'s --output_dir, averaged/, a "
         "checkpoint-N) or a Hub repo id, with its tokenizer",
     )
-    c.add_argument("output_dir", metavar="OUTPUT_DIR", help="directory to write (must not exist, unless --force)")
+    c.add_argument(
+        "output_dir", metavar="OUTPUT_DIR", help="directory to write (new or empty; one with files only with --force)"
+    )
     c.add_argument(
         "--quantization",
         default="float32",
         choices=QUANTIZATIONS,
         help="weight type stored (default float32; int8 is ~4x smaller and faster on CPUs)",
     )
-    c.add_argument("--force", action="store_true", help="replace OUTPUT_DIR if it exists")
+    c.add_argument("--force", action="store_true", help="replace OUTPUT_DIR if it holds files")
     add_decoding_options(c, sampling=False)  # the decoding settings written with the model
     add_checkpoint_options(c)
-    c.set_defaults(func=cmd_export_ctranslate2, command_parser=c)
+    c.set_defaults(func=cmd_export_ctranslate2, check=check_export_ctranslate2, command_parser=c)
+
+
+def check_export_ctranslate2(args) -> None:
+    """The checks of `export ctranslate2` that need only its options and the file system, run before torch is
+    imported: the model's location, OUTPUT_DIR (new, empty, or --force), the engine installed."""
+    check_model_location(args.model, option="MODEL_DIR_OR_REPO")
+    output = Path(args.output_dir)
+    if output.exists() and not output.is_dir():
+        raise ValueError(f"OUTPUT_DIR {args.output_dir!r} is a file: name a directory to write the model into.")
+    if output.is_dir() and any(output.iterdir()) and not args.force:
+        raise ValueError(
+            f"OUTPUT_DIR {args.output_dir!r} exists and holds files: choose another directory, or pass --force to "
+            f"overwrite it."
+        )
+    if importlib.util.find_spec("ctranslate2") is None:
+        from .ctranslate2 import INSTALL_HINT
+
+        raise ValueError(f"CTranslate2 is not installed: {INSTALL_HINT}.")
 
 
 def cmd_export_ctranslate2(args) -> int:
     from .ctranslate2 import export_ctranslate2
 
     options = decoding_options(args)
-    check_model_location(args.model, option="MODEL_DIR_OR_REPO")  # before ctranslate2 and torch are imported
+    check_export_ctranslate2(args)  # again, for a caller that did not run main: before ctranslate2 and torch
     try:
         path = export_ctranslate2(
             args.model,

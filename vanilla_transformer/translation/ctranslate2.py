@@ -264,7 +264,7 @@ def export_ctranslate2(
 
     `quantization`: the weight type CTranslate2 stores (`float32`, `int8`, `int8_float32`, `bfloat16`, ...; the
     compute type is chosen when loading, see `translate_ctranslate2`). The directory is written beside its final
-    place and moved there when complete; an existing one is an error unless `force`.
+    place and moved there when complete; an existing one that is not empty is an error unless `force`.
     `decoding`: generation options written instead of the model's (`num_beams`, `length_penalty`,
     `length_penalty_form`: `vanilla-transformer export ctranslate2 --num_beams --length_penalty --length_penalty_form`).
     CTranslate2 has the length ** alpha penalty only: a model whose generation config has the GNMT form is refused
@@ -276,10 +276,10 @@ def export_ctranslate2(
     if quantization not in QUANTIZATIONS:
         raise ValueError(f"quantization={quantization!r} is not one of {list(QUANTIZATIONS)}.")
     output_dir = Path(output_dir)
-    if output_dir.exists() and not force:
+    if not force and output_dir.exists() and (not output_dir.is_dir() or any(output_dir.iterdir())):
         raise ValueError(
-            f"output directory {str(output_dir)!r} exists: choose another one or pass force=True "
-            f"(--force) to replace it."
+            f"output directory {str(output_dir)!r} exists and is not empty: choose another one or pass force=True "
+            f"to replace it."
         )
     if isinstance(model, (str, os.PathLike)):
         from .loading import load_model
@@ -327,8 +327,10 @@ def export_ctranslate2(
 
         target = staging / "model"
         _Converter().convert(str(target), quantization=quantization)
-        if output_dir.exists():
+        if output_dir.is_dir():
             shutil.rmtree(output_dir)
+        elif output_dir.exists():
+            output_dir.unlink()
         os.replace(target, output_dir)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
@@ -539,10 +541,11 @@ def translate_ctranslate2(
     num_beams: int | None = None,
     max_new_tokens: int | None = None,
     length_penalty: float | None = None,
-    progress: bool = False,
+    progress=False,
     device: str = "cpu",
     compute_type: str = "default",
     intra_threads: int = 0,
+    start: int = 0,
 ) -> list[str]:
     """Translate `sentences` with an exported model (a directory, or a `CTranslate2Model`): one translation per
     sentence, in input order, as `translate.translate` does with the PyTorch model.
@@ -552,7 +555,8 @@ def translate_ctranslate2(
     the export takes (`source_limit` tokens, `</s>` included) is truncated to it, with a warning naming its line
     (counting from 1). Decoding: the exported generation settings (the model's generation config: its beam size and
     length penalty, at most source length + 50 tokens) unless `num_beams` / `length_penalty` / `max_new_tokens` say
-    otherwise.
+    otherwise. `progress` and `start` as `translate.translate` takes them (a shared bar; the index of the first
+    sentence in the input, for the warnings).
     """
     from tqdm.auto import tqdm
 
@@ -562,10 +566,13 @@ def translate_ctranslate2(
     if not isinstance(model, CTranslate2Model):
         model = CTranslate2Model(model, device=device, compute_type=compute_type, intra_threads=intra_threads)
     results = [""] * len(sentences)
-    encoded = encode_sources(sentences, model.encode, model.settings["source_limit"])  # as `translate` does
+    encoded = encode_sources(sentences, model.encode, model.settings["source_limit"], start)  # as `translate` does
+    shared_bar = hasattr(progress, "update")
+    if shared_bar:
+        progress.update(len(sentences) - len(encoded))  # the blank lines, done without the model
     if not encoded:
         return results
-    bar = tqdm(total=len(encoded), desc="translate", unit="sent", disable=not progress)
+    bar = progress if shared_bar else tqdm(total=len(encoded), desc="translate", unit="sent", disable=not progress)
     out = model.generate(
         list(encoded.values()),
         num_beams=num_beams,
@@ -574,7 +581,8 @@ def translate_ctranslate2(
         progress=bar,
         length_penalty=length_penalty,
     )
-    bar.close()
+    if not shared_bar:
+        bar.close()
     for i, text in zip(encoded, model.decode(out)):
         results[i] = text.strip()
     return results

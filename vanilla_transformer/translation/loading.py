@@ -19,7 +19,7 @@ import os
 import re
 from pathlib import Path
 
-from .shipped import resolve_model
+from .shipped import closest_shipped, resolve_model, shipped_models
 
 
 logger = logging.getLogger(__name__)
@@ -56,6 +56,7 @@ def check_model_location(model: str, option: str = "--model") -> None:
                 f"{option} {model!r} could not be loaded: no such directory. Pass a directory written by `vanilla-transformer train` "
                 f"or `save_pretrained`, or a Hub repo id 'namespace/name'."
             )
+        check_hub_id(model, option)
         return  # a Hub repo id: transformers looks it up
     if not path.is_dir():
         raise ValueError(f"{option} {model!r} is a file: pass the directory that holds {CONFIG_FILE} and the weights.")
@@ -78,6 +79,36 @@ def check_model_location(model: str, option: str = "--model") -> None:
         raise ValueError(
             f"{option} {model} has no tokenizer ({TOKENIZER_FILE}): save the tokenizer beside the model "
             f"(tokenizer.save_pretrained({str(model)!r}))."
+        )
+
+
+def check_hub_id(model: str, option: str = "--model") -> None:
+    """ValueError naming `option` for a `model` that is neither a local path nor a Hub repo id this machine can
+    load: a name close to a shipped model's (a typo: did you mean), an id that huggingface_hub's own validation
+    refuses, or, with HF_HUB_OFFLINE=1, a repo with no copy in the Hub cache. Each is one line, before transformers
+    is imported (it would answer with lines about connecting to the Hub)."""
+    shipped = closest_shipped(model) if "/" not in model else None
+    if shipped is not None:
+        raise ValueError(
+            f"{option} {model!r}: no such model (not a directory, not a shipped model); did you mean {shipped}?"
+        )
+    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.utils import validate_repo_id
+
+    try:
+        validate_repo_id(model)
+    except HFValidationError as error:
+        message = " ".join(str(error).split())
+        raise ValueError(
+            f"{option} {model!r}: no such model: not a directory, not a shipped model "
+            f"({', '.join(shipped_models()) or 'none'}) and not a valid Hub repo id ({message})"
+        ) from None
+    from huggingface_hub import constants, try_to_load_from_cache
+
+    if constants.HF_HUB_OFFLINE and not isinstance(try_to_load_from_cache(model, CONFIG_FILE), str):
+        raise ValueError(
+            f"{option} {model!r} is not in the Hub cache and the Hub is offline (HF_HUB_OFFLINE=1): unset "
+            f"HF_HUB_OFFLINE to download it, or pass a local directory."
         )
 
 
@@ -183,4 +214,12 @@ def load_model(
     return seq2seq.to(target).eval(), tokenizer
 
 
-__all__ = ["DTYPES", "check_model_location", "load_config", "load_model", "looks_like_a_path", "resolve_device"]
+__all__ = [
+    "DTYPES",
+    "check_hub_id",
+    "check_model_location",
+    "load_config",
+    "load_model",
+    "looks_like_a_path",
+    "resolve_device",
+]

@@ -11,6 +11,7 @@ Only the standard library is imported here: the command line resolves names befo
 
 from __future__ import annotations
 
+import difflib
 from pathlib import Path
 
 
@@ -41,4 +42,18 @@ def resolve_model(model: str) -> str:
     return model
 
 
-__all__ = ["DEFAULT_MODEL", "PRETRAINED_DIR", "resolve_model", "shipped_model_path", "shipped_models"]
+def closest_shipped(name: str) -> str | None:
+    """The shipped model's name closest to `name` (difflib's ratio of at least 0.6), or None: the "did you mean" of
+    a mistyped `--model multi30k-en-dee`."""
+    close = difflib.get_close_matches(name, shipped_models(), n=1)
+    return close[0] if close else None
+
+
+__all__ = [
+    "DEFAULT_MODEL",
+    "PRETRAINED_DIR",
+    "closest_shipped",
+    "resolve_model",
+    "shipped_model_path",
+    "shipped_models",
+]

@@ -7,8 +7,9 @@ size and length penalty, maximum output length = source length + 50, section 6.1
 
 from __future__ import annotations
 
+import itertools
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import torch
 from tqdm.auto import tqdm
@@ -20,7 +21,7 @@ logger = logging.getLogger(__name__)
 
 
 def encode_sources(
-    sentences: Sequence[str], encode: Callable[[list[str]], list[list[int]]], limit: int | None
+    sentences: Sequence[str], encode: Callable[[list[str]], list[list[int]]], limit: int | None, start: int = 0
 ) -> dict[int, list[int]]:
     """The token ids of each sentence that is not blank, by its index: what `translate` and the CTranslate2 engine
     (`ctranslate2.translate_ctranslate2`) give the model. `encode` maps texts to ids (`</s>` appended).
@@ -28,12 +29,12 @@ def encode_sources(
     Each sentence is encoded without its outer whitespace, as the training command trains on it (`data.corpus.tokenize_corpus`
     strips it). One longer than `limit` tokens (None: no limit) is truncated to that many, its closing `</s>` kept
     (`fit_source`, the pipeline's and the demo's rule too), with a warning naming its line (counting from 1, as in
-    the input file).
+    the input file; `start`: the index of `sentences[0]` in it, for a window of a longer input).
     """
     todo = [i for i, s in enumerate(sentences) if s.strip()]
     encoded = {}
     for i, ids in zip(todo, encode([sentences[i].strip() for i in todo]) if todo else []):
-        encoded[i], message = fit_source(ids, limit, subject=f"Line {i + 1}")
+        encoded[i], message = fit_source(ids, limit, subject=f"Line {start + i + 1}")
         if message:
             logger.warning("%s", message)
     return encoded
@@ -85,8 +86,9 @@ def translate(
     sentences: Sequence[str],
     *,
     batch_size: int = 32,
-    progress: bool = False,
+    progress=False,
     n_best: int | None = None,
+    start: int = 0,
     **generate_kwargs,
 ) -> list[str] | list[list[tuple[float, str]]]:
     """Translate `sentences` (one string each) and return one translation per sentence, in input order; with
@@ -101,16 +103,23 @@ def translate(
     model takes (the config's `input_length_limit`, the translation pipeline's rule too) is truncated to that many tokens (its
     last one kept `</s>`), with a warning naming its line (counting from 1, as in the input file): it is never
     dropped.
+
+    `progress`: True draws a progress bar on stderr; a tqdm bar (`translate_stream`'s) is updated instead, by every
+    sentence, blank ones included. `start`: the index of `sentences[0]` in the input, for the warnings' line numbers.
     """
     check_decoding(batch_size=batch_size, n_best=n_best)
     results = [""] * len(sentences) if n_best is None else [[(0.0, "")] * n_best for _ in sentences]
     limit = model.config.input_length_limit(tokenizer)
-    encoded = encode_sources(sentences, lambda texts: tokenizer(texts)["input_ids"], limit)
+    # verbose=False: no "indexing errors" warning from the tokenizer for a long line; encode_sources warns once.
+    encoded = encode_sources(sentences, lambda texts: tokenizer(texts, verbose=False)["input_ids"], limit, start)
+    shared_bar = hasattr(progress, "update")
+    if shared_bar:
+        progress.update(len(sentences) - len(encoded))  # the blank lines, done without the model
     if not encoded:
         return results
     order = sorted(encoded, key=lambda i: -len(encoded[i]))
     model.eval()
-    bar = tqdm(total=len(order), desc="translate", unit="sent", disable=not progress)
+    bar = progress if shared_bar else tqdm(total=len(order), desc="translate", unit="sent", disable=not progress)
     for start in range(0, len(order), batch_size):
         chunk = order[start : start + batch_size]
         batch = tokenizer.pad({"input_ids": [encoded[i] for i in chunk]}, return_tensors="pt").to(model.device)
@@ -135,8 +144,45 @@ def translate(
                 rows = range(j * n_best, (j + 1) * n_best)
                 results[i] = [(scores[r], texts[r].strip()) for r in rows]
         bar.update(len(chunk))
-    bar.close()
+    if not shared_bar:
+        bar.close()
     return results
+
+
+def windows(lines: Iterable[str], size: int) -> Iterator[tuple[int, list[str]]]:
+    """`lines` as consecutive lists of at most `size` (the last one shorter), each with the index of its first line:
+    what `translate_stream` holds at a time, read only when the previous window is done."""
+    if size < 1:
+        raise ValueError(f"`window` must be at least 1, got {size}.")
+    lines, start = iter(lines), 0
+    while window := list(itertools.islice(lines, size)):
+        yield start, window
+        start += len(window)
+
+
+def translate_stream(
+    model,
+    tokenizer,
+    lines: Iterable[str],
+    *,
+    window: int = 1024,
+    progress: bool = False,
+    total: int | None = None,
+    **translate_kwargs,
+) -> Iterator[tuple[int, list]]:
+    """Translate `lines` (any iterable, read lazily) window by window: each `window` lines are read, sorted by length
+    into batches, translated by `translate` (its `translate_kwargs`: batch_size, n_best, the `generate` options),
+    and yielded in input order as (index of the window's first line, its translations) before the next window is
+    read. Memory holds one window whatever the input's size, and a consumer that writes each window keeps every
+    finished one if the run stops. A bigger window sorts more sentences together (less padding); a smaller one gives
+    its first output sooner. The progress bar (stderr) counts sentences, with `total` lines if known, and shows
+    sentences per second."""
+    bar = tqdm(total=total, desc="translate", unit="sent", disable=not progress)
+    try:
+        for start, chunk in windows(lines, window):
+            yield start, translate(model, tokenizer, chunk, progress=bar, start=start, **translate_kwargs)
+    finally:
+        bar.close()
 
 
 def hypothesis_scores(model, out) -> list[float]:
