@@ -167,3 +167,12 @@ def test_paper_style_bleu_is_tokenized_compound_split_bleu_checked_by_hand():
     assert compute_bleu(["Ein gut-bekannter Mann."], ["Ein gut-bekannter Mann läuft."])["score"] < 60
     # multi-bleu.perl has no smoothing: no 4-gram match is BLEU 0.
     assert paper_style_bleu(["a b c"], ["a b c"], "en")["score"] == 0.0
+
+
+def test_the_moses_languages_are_sacremoses_own():
+    # `score --lang` refuses a code before sacremoses is imported (half a second), from this copy of its list.
+    from sacremoses.corpus import NonbreakingPrefixes
+
+    from vanilla_transformer.evaluation.bleu import MOSES_LANGUAGES
+
+    assert sorted(MOSES_LANGUAGES) == sorted(set(NonbreakingPrefixes().available_langs.values()))
