@@ -126,6 +126,7 @@ def add_demo_parser(commands) -> None:
 
 def check_demo(args) -> None:
     """The checks of `demo` that need only its options and the file system, run before torch and gradio load."""
+    decoding_options(args)  # the options alone first, then the files
     if not 0 <= args.port <= 65535:
         raise ValueError(f"--port must be between 0 and 65535 (0: the first free one from 7860 up), got {args.port}.")
     if not args.host.strip():

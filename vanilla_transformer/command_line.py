@@ -143,8 +143,9 @@ def probability(text: str) -> float:
 
 
 def check_input(source: str, option: str = "--input") -> None:
-    """ValueError naming `option` unless `source` is "-" (stdin) or a file: checked before anything is loaded."""
-    if source != "-" and not Path(source).is_file():
+    """ValueError naming `option` unless `source` is "-" (stdin) or a file to read (a regular file, or a pipe such as
+    /dev/stdin or a shell's `<(...)`): checked before anything is loaded."""
+    if source != "-" and (not Path(source).exists() or Path(source).is_dir()):
         raise ValueError(
             f"{option} {source!r} is not a file: pass a text file with one sentence per line, or '-' to read "
             f"standard input."
@@ -204,8 +205,8 @@ def read_lines(source: str, option: str = "--input") -> list[str]:
 
 def count_lines(source: str) -> int | None:
     """The number of lines of the file `source` (a last line without "\\n" counts), read in blocks without keeping
-    them; None for stdin ("-"), which can be read only once."""
-    if source == "-":
+    them; None for stdin ("-") or a pipe, which can be read only once."""
+    if source == "-" or not Path(source).is_file():
         return None
     count, last = 0, b"\n"
     with open(source, "rb") as stream:

@@ -93,10 +93,46 @@ def paper_style_tokenize(text: str, lang: str) -> str:
 # The language codes Moses' tokenizer has nonbreaking prefixes for (sacremoses' NonbreakingPrefixes; any other code
 # is tokenized as English without a word). Copied here because importing sacremoses takes half a second, which
 # `score --lang` would spend before refusing a code; tests/test_metrics.py checks the copy against sacremoses.
-MOSES_LANGUAGES = (
-    "as bn ca cs de el en es et fi fr ga gu hi hu is it kn lt lv ml mni mr nl or pa pl pt ro ru sk sl sv ta tdt te "
-    "yue zh"
-).split()
+MOSES_LANGUAGES = [
+    "as",
+    "bn",
+    "ca",
+    "cs",
+    "de",
+    "el",
+    "en",
+    "es",
+    "et",
+    "fi",
+    "fr",
+    "ga",
+    "gu",
+    "hi",
+    "hu",
+    "is",
+    "it",
+    "kn",
+    "lt",
+    "lv",
+    "ml",
+    "mni",
+    "mr",
+    "nl",
+    "or",
+    "pa",
+    "pl",
+    "pt",
+    "ro",
+    "ru",
+    "sk",
+    "sl",
+    "sv",
+    "ta",
+    "tdt",
+    "te",
+    "yue",
+    "zh",
+]
 
 
 @lru_cache(maxsize=8)

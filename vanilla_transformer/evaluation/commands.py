@@ -68,6 +68,8 @@ def add_attention_parser(commands) -> None:
 def check_attention(args) -> None:
     """The checks of `attention` that need only its options and the file system, run before torch is imported: the
     sentence (and --target) not blank, the figure's directory, the model's location."""
+    if decoding_options(args) and args.target is not None:  # the options alone first, then the files
+        raise ValueError("the decoding options are for the model's own translation: --target gives the translation.")
     if not args.source.strip():
         raise ValueError(
             f'SOURCE {args.source!r} is empty: give the sentence to draw, e.g. "A man is riding a bicycle."'
@@ -98,13 +100,8 @@ def cmd_attention(args) -> int:
     except ImportError as error:
         raise ValueError(str(error)) from None
     options = decoding_options(args)
-    if args.target is not None and options:
-        raise ValueError("the decoding options are for the model's own translation: --target gives the translation.")
+    check_attention(args)  # again, for a caller that did not run main
     output = Path(args.output)
-    if not output.parent.is_dir():
-        raise ValueError(
-            f"--output {args.output!r}: the directory {str(output.parent)!r} does not exist; create it first."
-        )
     formats = save_formats()
     if output.suffix.lower().removeprefix(".") not in formats:
         raise ValueError(

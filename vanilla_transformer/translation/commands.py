@@ -113,8 +113,7 @@ def add_translate_parser(commands) -> None:
 def check_translate(args) -> None:
     """The checks of `translate` that need only its options and the file system, run before torch is imported: the
     model's location, the input file, the output's directory, the options of the other engine."""
-    check_input(args.input)
-    check_output(args.output, source=args.input)
+    decoding_options(args)  # the options alone first, then the files
     if args.engine == "ctranslate2":
         for option, value in (("--dtype", args.dtype), ("--revision", args.revision)):
             if value is not None:
@@ -128,15 +127,12 @@ def check_translate(args) -> None:
             )
         if args.device not in ("auto", "cpu", "cuda"):
             raise ValueError(f"--device {args.device!r}: CTranslate2 takes auto, cpu or cuda.")
-        if not Path(args.model).is_dir():
-            raise ValueError(
-                f"--model {args.model!r} is not a directory: with --engine ctranslate2 pass the directory "
-                f"written by `{PROG} export ctranslate2 MODEL OUTPUT_DIR`."
-            )
-        return
-    if args.compute_type is not None:
-        raise ValueError("--compute_type is for --engine ctranslate2; with transformers use --dtype.")
-    check_model_location(args.model)
+    else:
+        if args.compute_type is not None:
+            raise ValueError("--compute_type is for --engine ctranslate2; with transformers use --dtype.")
+        check_model_location(args.model)
+    check_input(args.input)
+    check_output(args.output, source=args.input)
 
 
 def _write_translations(args, translated) -> int:
@@ -218,6 +214,11 @@ def cmd_translate_ctranslate2(args, options: dict) -> int:
     if args.n_best is not None or options.get("do_sample"):
         flag = "--n_best" if args.n_best is not None else "--sample/--temperature/--top_k/--top_p"
         raise ValueError(f"{flag} is for --engine transformers; --engine ctranslate2 writes the best translation.")
+    if not Path(args.model).is_dir():
+        raise ValueError(
+            f"--model {args.model!r} is not a directory: with --engine ctranslate2 pass the directory "
+            f"written by `{PROG} export ctranslate2 MODEL OUTPUT_DIR`."
+        )
     try:
         ct2 = import_ctranslate2()
     except ImportError as error:
@@ -296,6 +297,7 @@ def add_export_parser(commands) -> None:
 def check_export_ctranslate2(args) -> None:
     """The checks of `export ctranslate2` that need only its options and the file system, run before torch is
     imported: the model's location, OUTPUT_DIR (new, empty, or --force), the engine installed."""
+    decoding_options(args)  # the options alone first, then the files
     check_model_location(args.model, option="MODEL_DIR_OR_REPO")
     output = Path(args.output_dir)
     if output.exists() and not output.is_dir():
