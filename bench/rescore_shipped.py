@@ -2,6 +2,9 @@
 
     python bench/rescore_shipped.py [NAME ...] [--data-dir DIR] [--tolerance 0.05]
 
+`--data-dir` is Multi30k's `data/task1/raw` directory; by default `multi30k/data/task1/raw` where the README clones
+it (from the directory the command runs in), else `../shared/data/multi30k` beside the repository.
+
 Each folder in `vanilla_transformer/pretrained/` is loaded as a user loads it (`from_pretrained`, float32), its
 validation and test splits are translated with its own generation config, and the cased and lowercased sacreBLEU are
 compared with `results.json` and with the model card's (README.md) model-index. Prints one line per figure; exits 1
@@ -59,10 +62,17 @@ def rescore(name: str, data_dir: Path, tolerance: float) -> list[tuple[str, floa
     return rows
 
 
+# Where the README's `git clone ... multi30k` puts the data, from the directory the command runs in.
+README_CLONE = Path("multi30k") / "data" / "task1" / "raw"
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("names", nargs="*", help=f"shipped models to rescore (default: all, {shipped_models()})")
-    parser.add_argument("--data-dir", type=Path, default=MULTI30K, help=f"Multi30k (default {MULTI30K})")
+    default = README_CLONE if README_CLONE.is_dir() else MULTI30K
+    parser.add_argument(
+        "--data-dir", type=Path, default=default, help=f"Multi30k's data/task1/raw (default {default})"
+    )
     parser.add_argument("--tolerance", type=float, default=0.05, help="largest accepted difference in BLEU")
     args = parser.parse_args(argv)
     names = args.names or shipped_models()

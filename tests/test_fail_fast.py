@@ -8,8 +8,10 @@ each is done; an interruption part-way leaves a prefix of the full output, line 
 """
 
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -235,3 +237,36 @@ def test_no_progress_bars_in_a_log(tiny_model, source, tmp_path):
     assert result.returncode == 0, result.stderr
     assert len(result.stdout.splitlines()) == 40
     assert "Loading weights" not in result.stderr and "sent/s" not in result.stderr, result.stderr
+
+
+def test_ctrl_c_in_a_process_keeps_the_finished_windows(tiny_model, source, tmp_path):
+    assert run_translate(tiny_model, source, tmp_path / "full.de", "--window", "5") == 0
+    full = (tmp_path / "full.de").read_text(encoding="utf-8").splitlines()
+    big = tmp_path / "big.en"  # the 40 lines 50 times: long enough to be interrupted part-way
+    big.write_text(source.read_text(encoding="utf-8") * 50, encoding="utf-8")
+    output = tmp_path / "part.de"
+    command = [sys.executable, "-m", "vanilla_transformer_cli", "translate", "--model", str(tiny_model), "--input",
+               str(big), "--output", str(output), "--window", "5", "--batch_size", "1", "--num_beams", "1",
+               "--max_new_tokens", "12", "--device", "cpu"]  # fmt: skip
+    # SIGINT's default action restored in the child, whatever this process's parent did with it (a background job
+    # starts with SIGINT ignored, and Python then installs no KeyboardInterrupt handler).
+    process = subprocess.Popen(
+        command,
+        cwd=ROOT,
+        env=subprocess_env(),
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and process.poll() is None:  # until two windows are on disk
+        if output.exists() and output.read_bytes().count(b"\n") >= 10:
+            break
+        time.sleep(0.05)
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 130, err
+    written = output.read_text(encoding="utf-8").splitlines()
+    assert 10 <= len(written) < 2000 and len(written) % 5 == 0, len(written)  # whole windows only
+    assert written == (full * 50)[: len(written)]
+    assert f"interrupted; the translations of the first {len(written)} lines are in" in err

@@ -34,14 +34,20 @@ the output is the translation of line i of the input, so the files stay aligned.
     `max_position_embeddings`) is truncated to that many tokens and translated, with a warning on stderr naming
     the line (numbered from 1): it is never dropped;
   * a line break inside a generated translation (possible with byte-level tokens) is written as a space.
-Sentences are translated in batches of similar length (sorted by length, order restored afterwards); decoding is
+The input is read --window lines at a time; each window is translated in batches of similar length (sorted by length,
+order restored afterwards) and written, flushed, before the next is read: memory does not grow with the input, and an
+interrupted run leaves the translations of its finished windows (--all_or_nothing: all or none); decoding is
 the model's generation config (its beam size and length penalty, and at most source length + 50 tokens, section 6.1)
 unless the decoding options say otherwise (`--num_beams`, `--length_penalty`, `--length_penalty_form gnmt`: the
 paper's penalty, `--max_new_tokens`, `--sample --temperature --top_k --top_p --seed`); `--n_best N` writes N
-hypotheses per sentence, one per line: index (from 0), score, text, tab-separated. A progress bar is drawn on stderr
-when stderr is a terminal.
+hypotheses per sentence, one per line: index (from 0), score, text, tab-separated. Progress bars (translating, loading
+the weights) are drawn on stderr only when it is a terminal, and not with --quiet.
 `--engine ctranslate2` does the same with a model written by `export ctranslate2` (same tokens as `generate`, about
 twice as fast on a CPU; see vanilla_transformer/translation/ctranslate2.py).
+
+Every command checks what needs only its options and the file system (`check` of its parser: paths, model names,
+output directories, repo ids, languages) before torch, transformers or the model are loaded: a mistake fails in a
+second, in one line naming the option, and writes nothing.
 """
 
 from __future__ import annotations

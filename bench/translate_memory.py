@@ -1,0 +1,84 @@
+"""Peak memory of `vanilla-transformer translate` against the input's size: a tiny model, greedy, N lines.
+
+    python bench/translate_memory.py [--lines 10000 200000] [--repo .] [--data-dir DIR]
+
+A tiny model (1 layer each side, d_model 32, untrained: the figure is about the command, not the model) and its
+tokenizer (trained on Multi30k's English and German) are saved to a temporary directory; an input of N lines cycles
+through Multi30k's English training sentences. Each size runs the console script in its own process (`python -m
+vanilla_transformer_cli translate ... --num_beams 1 --max_new_tokens 4`, from `--repo`: another checkout gives the
+figures of its version), and its peak resident memory is read from the kernel's accounting of that child
+(`os.wait4`'s ru_maxrss). Prints one line per size: lines, seconds, peak RSS in MB, output lines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from _data import MULTI30K, read_lines
+
+
+def make_model(directory: Path, data_dir: Path) -> None:
+    import torch
+
+    from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
+    from vanilla_transformer.data.tokenizer import train_tokenizer
+
+    texts = read_lines(data_dir / "train.en.gz", 5000) + read_lines(data_dir / "train.de.gz", 5000)
+    tokenizer = train_tokenizer(texts, vocab_size=1000, model_max_length=128)
+    torch.manual_seed(0)
+    sizes = dict(encoder_layers=1, decoder_layers=1, encoder_attention_heads=2, decoder_attention_heads=2)
+    config = VanillaTransformerConfig(
+        vocab_size=len(tokenizer), d_model=32, encoder_ffn_dim=64, decoder_ffn_dim=64, **sizes
+    )
+    VanillaTransformerForConditionalGeneration(config).save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+
+
+def run(repo: Path, model: Path, source: Path, target: Path, options: list[str]) -> tuple[float, float]:
+    """(seconds, peak RSS in MB) of one `translate` process."""
+    command = [sys.executable, "-m", "vanilla_transformer_cli", "translate", "--model", str(model)]
+    command += ["--input", str(source), "--output", str(target), "--device", "cpu", *options]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(repo), "PYTHONDONTWRITEBYTECODE": "1"}
+    start = time.perf_counter()
+    process = subprocess.Popen(command, cwd=repo, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(process.pid, 0)
+    seconds = time.perf_counter() - start
+    if status != 0:
+        raise SystemExit(f"translate failed ({status}): {process.stderr.read().decode()[-2000:]}")
+    return seconds, usage.ru_maxrss / 1024  # Linux: kilobytes
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--lines", type=int, nargs="+", default=[10_000, 200_000], help="input sizes")
+    parser.add_argument("--repo", type=Path, default=Path(__file__).resolve().parents[1], help="checkout to run")
+    parser.add_argument("--data-dir", type=Path, default=MULTI30K, help=f"Multi30k (default {MULTI30K})")
+    parser.add_argument(
+        "--options",
+        default="--num_beams 1 --max_new_tokens 4 --batch_size 128",
+        help="translate's options (default: greedy, 4 tokens, 128 sentences per batch)",
+    )
+    args = parser.parse_args(argv)
+    english = read_lines(args.data_dir / "train.en.gz")
+    with tempfile.TemporaryDirectory() as work:
+        work = Path(work)
+        make_model(work / "model", args.data_dir)
+        print(f"repo {args.repo.resolve()}, translate {args.options}")
+        for count in args.lines:
+            source = work / f"in.{count}.en"
+            source.write_text("".join(line + "\n" for line in itertools.islice(itertools.cycle(english), count)))
+            seconds, peak = run(args.repo, work / "model", source, work / "out.de", args.options.split())
+            written = sum(1 for _ in open(work / "out.de", "rb"))
+            print(f"{count:>9,} lines  {seconds:7.1f} s  peak RSS {peak:7.1f} MB  {written:,} lines written")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
