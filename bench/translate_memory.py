@@ -45,13 +45,21 @@ def run(repo: Path, model: Path, source: Path, target: Path, options: list[str])
     """(seconds, peak RSS in MB) of one `translate` process."""
     command = [sys.executable, "-m", "vanilla_transformer_cli", "translate", "--model", str(model)]
     command += ["--input", str(source), "--output", str(target), "--device", "cpu", *options]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(repo), "PYTHONDONTWRITEBYTECODE": "1"}
-    start = time.perf_counter()
-    process = subprocess.Popen(command, cwd=repo, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(process.pid, 0)
-    seconds = time.perf_counter() - start
-    if status != 0:
-        raise SystemExit(f"translate failed ({status}): {process.stderr.read().decode()[-2000:]}")
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "OMP_NUM_THREADS": "1",
+        "PYTHONPATH": str(repo),
+        "PYTHONDONTWRITEBYTECODE": "1",
+    }
+    with tempfile.TemporaryFile() as log:  # stderr in a file: a pipe left unread could fill and stall the child
+        start = time.perf_counter()
+        process = subprocess.Popen(command, cwd=repo, env=env, stdout=subprocess.DEVNULL, stderr=log)
+        _, status, usage = os.wait4(process.pid, 0)
+        seconds = time.perf_counter() - start
+        if status != 0:
+            log.seek(0)
+            raise SystemExit(f"translate failed ({status}): {log.read().decode()[-2000:]}")
     return seconds, usage.ru_maxrss / 1024  # Linux: kilobytes
 
 
@@ -75,7 +83,7 @@ def main(argv=None) -> int:
             source = work / f"in.{count}.en"
             source.write_text("".join(line + "\n" for line in itertools.islice(itertools.cycle(english), count)))
             seconds, peak = run(args.repo, work / "model", source, work / "out.de", args.options.split())
-            written = sum(1 for _ in open(work / "out.de", "rb"))
+            written = (work / "out.de").read_bytes().count(b"\n")
             print(f"{count:>9,} lines  {seconds:7.1f} s  peak RSS {peak:7.1f} MB  {written:,} lines written")
     return 0
 
