@@ -537,6 +537,9 @@ def test_the_space_installs_the_package_from_its_repository(capsys, tmp_path, mo
 
 
 def test_cli_checks_options_before_loading(capsys, tmp_path, monkeypatch):
+    # "a/b" and "c/d" stand for Hub ids: online, they pass the checks and are never looked up here (offline, an id
+    # that is not in the Hub cache is refused first).
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", False)
     assert main(["demo", "--model", str(tmp_path / "missing"), "--port", "70000"]) == 2
     assert "--port must be between 0 and 65535" in capsys.readouterr().err
     assert main(["demo", "--model", str(tmp_path / "missing")]) == 2

@@ -237,14 +237,14 @@ def main(argv: list[str] | None = None) -> int:
         getattr(args, "command_parser", parser).error(unrecognized(getattr(args, "command_parser", parser), extras))
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.WARNING, format=f"{PROG}: %(levelname)s: %(message)s")
-    if getattr(args, "quiet", False) or not sys.stderr.isatty():
-        quiet_progress_bars()  # no "Loading weights" bar in a log file
     from . import register
 
     try:
         if getattr(args, "check", None) is not None:
             args.check(args)  # what needs only the options and the file system: before torch and the model load
         register()  # a no-op after `import vanilla_transformer`; the console script defers it to here (its docstring)
+        if getattr(args, "quiet", False) or not sys.stderr.isatty():
+            quiet_progress_bars()  # no "Loading weights" bar in a log file
         return args.func(args)
     except ValueError as error:  # an option or input that cannot work, found before (or instead of) the work
         print(f"{args.command_parser.prog}: error: {error}", file=sys.stderr)

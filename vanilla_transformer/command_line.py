@@ -308,17 +308,13 @@ def add_checkpoint_options(parser: argparse.ArgumentParser) -> None:
 
 
 def quiet_progress_bars() -> None:
-    """No progress bars from huggingface_hub and transformers ("Loading weights", downloads): set before they are
-    imported (HF_HUB_DISABLE_PROGRESS_BARS, which both read), and switched off where they already are."""
-    os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
-    if "huggingface_hub" in sys.modules:
-        from huggingface_hub.utils import disable_progress_bars
+    """No progress bars from huggingface_hub and transformers ("Loading weights", downloads), once they are imported
+    (the command line calls it after registering the model, which imports both)."""
+    from huggingface_hub.utils import disable_progress_bars
+    from transformers.utils.logging import disable_progress_bar
 
-        disable_progress_bars()
-    if "transformers" in sys.modules:
-        from transformers.utils.logging import disable_progress_bar
-
-        disable_progress_bar()
+    disable_progress_bars()
+    disable_progress_bar()
 
 
 # ------------------------------------------------------------------------------------------------ decoding options
