@@ -148,7 +148,7 @@ def attention_weights(
     # the package. A config without it (another model, or a checkpoint saved before the rule moved there) sets none.
     rule = getattr(model.config, "input_length_limit", None)
     limit = rule(tokenizer) if rule is not None else None
-    source_ids = tokenizer(source)["input_ids"]
+    source_ids = tokenizer(source, verbose=False)["input_ids"]  # too long: the error below, alone
     if limit is not None and len(source_ids) > limit:
         raise ValueError(
             f"`source` has {len(source_ids)} tokens (</s> included) but the model takes at most {limit}: "
@@ -176,7 +176,7 @@ def attention_weights(
             if eos in target_ids:
                 target_ids = target_ids[: target_ids.index(eos) + 1]
         else:
-            target_ids, generation = tokenizer(text_target=target)["input_ids"], None
+            target_ids, generation = tokenizer(text_target=target, verbose=False)["input_ids"], None
         if limit is not None and len(target_ids) > limit:
             raise ValueError(
                 f"`target` has {len(target_ids)} tokens (</s> included) but the model takes at most "

@@ -78,7 +78,9 @@ def check_attention(args) -> None:
         raise ValueError(f"--target {args.target!r} is empty: give the translation of SOURCE, or leave --target out.")
     check_output(args.output)
     if not Path(args.output).suffix:
-        raise ValueError(f"--output {args.output!r}: the file name must end in the figure's format: .png, .svg, .pdf.")
+        raise ValueError(
+            f"--output {args.output!r}: the file name must end in a format matplotlib writes: .png, .svg, .pdf."
+        )
     check_model_location(args.model)
 
 
