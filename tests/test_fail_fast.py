@@ -43,6 +43,7 @@ def rows(tmp: Path) -> list[tuple[list[str], str, str]]:
         (["translate", "--model", "bad repo id"], "--model 'bad repo id'", "not a valid Hub repo id"),
         (["translate", "--model", DEFAULT_MODEL, "--input", f"{tmp}/a.txt", "--output", f"{tmp}/a.txt"], "--output",
          "is the input file"),
+        (["translate", "--model", DEFAULT_MODEL, "--all_or_nothing"], "--all_or_nothing", "is for --output FILE"),
         (["score", "--hypotheses", f"{tmp}/a.txt", "--references", f"{tmp}/b.txt"], "--references", "2 lines"),
         (["score", "--hypotheses", f"{tmp}/a.txt", "--references", f"{tmp}/none.txt"], "--references", "not a file"),
         (["score", "--hypotheses", f"{tmp}/a.txt", "--references", f"{tmp}/a.txt", "--lang", "xx"], "--lang 'xx'",
@@ -74,7 +75,7 @@ def nothing_loads(monkeypatch):
     monkeypatch.setattr(sys, "stdin", None)  # translate without --input must not read stdin before refusing
 
 
-@pytest.mark.parametrize("index", range(11))
+@pytest.mark.parametrize("index", range(12))
 def test_each_row_fails_before_loading_in_one_line(index, tmp_path, nothing_loads, capsys):
     argv, flag, message = rows(tmp_path)[index]
     before = snapshot(tmp_path)

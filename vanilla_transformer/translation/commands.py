@@ -133,6 +133,8 @@ def check_translate(args) -> None:
         check_model_location(args.model)
     check_input(args.input)
     check_output(args.output, source=args.input)
+    if args.all_or_nothing and args.output == "-":
+        raise ValueError("--all_or_nothing is for --output FILE: standard output is written as it goes.")
 
 
 def _write_translations(args, translated) -> int:
