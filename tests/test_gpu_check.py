@@ -94,6 +94,7 @@ def test_throughput_lines(smoke):
         assert line["projected_paper_base_minutes"] > 0 and line["goal_minutes"] == 60
         assert line["updates_timed"] == 2 and line["target_tokens_per_update"] > 0
         assert line["mfu_vs_measured_matmul"] > 0
+        assert line["sdpa_backend"] and line["attn_implementation"] == "sdpa"  # the kernel the profiler saw
     assert marian["model"] == "marian" and ours["model"] == "ours"
     assert ours["vs_marian"] == pytest.approx(ours["tokens_per_s"] / marian["tokens_per_s"], rel=1e-2)
     assert "skipped" in only(smoke, "throughput", variant="ours compile")
