@@ -861,10 +861,19 @@ def default_data_dir() -> Path:
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--output", type=Path, required=True, help="JSON-lines file the figures are appended to.")
-    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument(
+        "--device",
+        default="cuda" if torch.cuda.is_available() else "cpu",
+        help="cuda (default where there is one) or cpu.",
+    )
     p.add_argument("--smoke", action="store_true", help="Tiny sizes, every part, for a CPU check (< 1 minute).")
     p.add_argument("--skip", default="", help=f"Comma-separated parts to skip, of {','.join(PARTS)}.")
-    p.add_argument("--budget_s", type=float, default=450.0, help="Whole-run time box; each part has its share.")
+    p.add_argument(
+        "--budget_s",
+        type=float,
+        default=450.0,
+        help="Whole-run time box: env 4%%, correct 26%%, throughput 30%%, train the rest (what is left).",
+    )
     p.add_argument("--data_dir", type=Path, default=default_data_dir(), help="Multi30k directory ({split}.{lang}.gz).")
     p.add_argument("--preset", default="base", help="Throughput model preset (the wmt14_en_de_base recipe's).")
     p.add_argument("--vocab_size", type=int, default=37000, help="Throughput model vocabulary (the recipe's 37,000).")
@@ -877,12 +886,17 @@ def parse_args(argv=None) -> argparse.Namespace:
         default=None,
         help="'compile' drops the compiled throughput variant (the default of a CPU smoke run).",
     )
-    p.add_argument("--compile_backend", default="inductor")
+    p.add_argument("--compile_backend", default="inductor", help="torch.compile backend (the CPU smoke: eager).")
     p.add_argument("--train_minutes", type=float, default=3.0, help="Multi30k training time (part `train`).")
     p.add_argument("--train_max_tokens", type=int, default=8192, help="Multi30k token budget per batch.")
     p.add_argument("--trace", type=Path, default=None, help="Also write the profiled update as a Chrome trace.")
-    p.add_argument("--profile_rows", type=int, default=25)
+    p.add_argument("--profile_rows", type=int, default=25, help="Ops listed in the `profile` line.")
     args = p.parse_args(argv)
+    for name in ("budget_s", "tokens_per_update", "max_tokens", "steps", "train_minutes", "train_max_tokens"):
+        if getattr(args, name) <= 0:
+            p.error(f"--{name} must be positive, got {getattr(args, name)}")
+    if args.warmup < 0:
+        p.error(f"--warmup must be 0 or more, got {args.warmup}")
     args.skip = {s.strip() for s in args.skip.split(",") if s.strip()}
     unknown = args.skip - set(PARTS)
     if unknown:
