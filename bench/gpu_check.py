@@ -933,7 +933,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         args.warmup, args.steps = 1, 2
         args.new_tokens = 8
         args.matmul_size, args.matmul_reps = 256, 3
-        args.train_minutes, args.train_overhead_s, args.train_test_batch = 0.1, 0, 40
+        args.train_minutes, args.train_overhead_s, args.train_test_batch = 0.05, 0, 40
         if smoke_cpu:
             # Inductor's C++ build of the kernels takes minutes on a small CPU, and even tracing costs ~15 s a graph
             # on 2 cores: the smoke compares one precision, captured by dynamo and run without code generation.
