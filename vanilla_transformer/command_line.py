@@ -211,8 +211,8 @@ def add_decoding_options(
         "--length_penalty_form",
         choices=tuple(LENGTH_PENALTY_FORMS),
         default=None,
-        help="how the penalty divides a hypothesis' log-probability: length = |Y|**alpha (transformers, fairseq, "
-        "CTranslate2); gnmt = ((5+|Y|)/6)**alpha (Wu et al. 2016: the paper's, tensor2tensor, OpenNMT-py wu)",
+        help="how the penalty divides a hypothesis' log-probability: "
+        + "; ".join(f"{name}: {what}" for name, what in LENGTH_PENALTY_FORMS.items()),
     )
     if max_new_tokens:
         group.add_argument(
