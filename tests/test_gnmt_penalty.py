@@ -23,6 +23,7 @@ import json
 import subprocess
 import sys
 import textwrap
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import fields
 from pathlib import Path
 
@@ -295,6 +296,29 @@ def test_the_form_comes_from_the_generation_config_and_greedy_and_sampling_ignor
     assert torch.equal(
         greedy, model.generate(input_ids=ids, attention_mask=mask, num_beams=1, length_penalty_form="length")
     )
+
+
+def test_concurrent_calls_each_decode_with_their_own_form():
+    """The form travels with the `generate` call (not on the model): calls in other threads, with the other form,
+    return what each returns alone."""
+    model = tiny_model(1)
+    ids, mask = padded(sources(1))
+    options = dict(
+        input_ids=ids,
+        attention_mask=mask,
+        num_beams=4,
+        length_penalty=1.3,
+        output_scores=True,
+        return_dict_in_generate=True,
+    )
+    alone = {form: model.generate(**options, length_penalty_form=form).sequences_scores for form in ("length", "gnmt")}
+    assert not torch.equal(alone["length"], alone["gnmt"])
+    with ThreadPoolExecutor(4) as pool:
+        together = list(
+            pool.map(lambda form: (form, model.generate(**options, length_penalty_form=form)), ["length", "gnmt"] * 4)
+        )
+    assert all(torch.equal(out.sequences_scores, alone[form]) for form, out in together)
+    assert torch.equal(model.generate(**options).sequences_scores, alone["length"])  # nothing left behind
 
 
 @pytest.mark.parametrize(
