@@ -1,5 +1,5 @@
 """What every command of `vanilla-transformer` shares: the parser (one spelling of each option, one-line errors), the
-argparse types that check a value's range, the line files of `translate` and `score`, and the decoding options.
+argparse types that read a value, the line files of `translate` and `score`, and the decoding options.
 
 One spelling: long options are written with underscores, as the Trainer's options and transformers' example scripts
 spell them (`--batch_size`, `--num_beams`, `--output_dir`). The parser also takes the same name with hyphens
@@ -79,8 +79,9 @@ def unrecognized(parser: argparse.ArgumentParser, extras: list[str]) -> str:
 
 
 # ------------------------------------------------------------------------------------------------ argparse types
-# Each checks one option's value as argparse reads it: a bad value is argparse's one-line error naming the option
-# ("argument --num_beams: must be at least 1, got 0"), before anything is loaded.
+# Each reads one option's value as argparse parses it: a value that is not one is argparse's one-line error naming the
+# option ("argument --num_beams: must be an integer, got 'x'"), before anything is loaded. The decoding options'
+# ranges are the library's rule (`check_decoding`, called by `decoding_options`).
 
 
 def _number(kind, text: str):
@@ -103,7 +104,7 @@ def number(text: str) -> float:
 
 
 def positive_int(text: str) -> int:
-    """An integer of at least 1 (a count: beams, sentences per batch, tokens)."""
+    """An integer of at least 1 (a count outside the decoding options: checkpoints to average)."""
     value = _number(int, text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
