@@ -18,12 +18,12 @@ from ..command_line import (
     PROG,
     add_checkpoint_options,
     add_decoding_options,
-    check_n_best,
     decoding_options,
-    positive_int,
+    integer,
     read_lines,
     write_lines,
 )
+from ..generation_vanilla_transformer import check_decoding
 from .loading import DTYPES, check_model_location
 from .shipped import resolve_model, shipped_models
 
@@ -55,7 +55,7 @@ def add_translate_parser(commands) -> None:
     t.add_argument(
         "--output", default="-", metavar="FILE", help="where to write one translation per line; '-' = stdout (default)"
     )
-    t.add_argument("--batch_size", type=positive_int, default=32, metavar="N", help="sentences per batch (default 32)")
+    t.add_argument("--batch_size", type=integer, default=32, metavar="N", help="sentences per batch (default 32)")
     t.add_argument(
         "--device",
         default="auto",
@@ -108,7 +108,9 @@ def cmd_translate(args) -> int:
     )
     from .translate import translate
 
-    check_n_best(args.n_best, options, model.generation_config)
+    if args.n_best is not None and not options.get("do_sample"):  # against the beam the model will search with
+        beams = options.get("num_beams", model.generation_config.num_beams or 1)
+        check_decoding(n_best=args.n_best, num_beams=beams, names={"n_best": "--n_best", "num_beams": "the beam size"})
     if args.seed is not None:
         import torch
 
