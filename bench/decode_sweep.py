@@ -26,6 +26,7 @@ from machine_peak import cpu_flags
 
 from vanilla_transformer import VanillaTransformerForConditionalGeneration
 from vanilla_transformer.evaluation.bleu import compute_bleu_with_lowercase
+from vanilla_transformer.generation_vanilla_transformer import LENGTH_PENALTY_FORMS
 from vanilla_transformer.translation.translate import translate
 
 
@@ -47,8 +48,8 @@ def main(argv=None) -> int:
         "--forms",
         nargs="+",
         default=["length"],
-        choices=("length", "gnmt"),
-        help="length penalty forms: length (|Y| ** alpha, transformers') and/or gnmt (((5 + |Y|) / 6) ** alpha, the paper's)",
+        choices=tuple(LENGTH_PENALTY_FORMS),
+        help="length penalty forms: " + "; ".join(f"{name}: {what}" for name, what in LENGTH_PENALTY_FORMS.items()),
     )
     parser.add_argument("--average", type=int, default=0, help="Average the last K checkpoints (0: the final model).")
     parser.add_argument("--data-dir", type=Path, default=MULTI30K)

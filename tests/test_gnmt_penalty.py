@@ -18,10 +18,12 @@ last one, with log-probability 0 as `SourceLengthLimit` forces it). When it stop
 """
 
 import copy
+import inspect
 import json
 import subprocess
 import sys
 import textwrap
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import fields
 from pathlib import Path
 
@@ -31,9 +33,10 @@ from helpers import BLOCK_PACKAGE, TINY_SIZES, subprocess_env
 from safetensors.torch import save_file
 from transformers import GenerationConfig
 from transformers.generation import GenerationMixin
+from transformers.pipelines.base import Pipeline
 
 from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
-from vanilla_transformer.modeling_vanilla_transformer import gnmt_length_penalty
+from vanilla_transformer.generation_vanilla_transformer import gnmt_length_penalty
 
 
 PAD, EOS = 0, 2
@@ -244,8 +247,6 @@ def test_gnmt_penalty_with_another_beam_and_alpha():
 class StockSearch(VanillaTransformerForConditionalGeneration):
     """The model with transformers' own beam search methods (none of the GNMT hooks)."""
 
-    _prepare_generation_config = GenerationMixin._prepare_generation_config
-    _beam_search = GenerationMixin._beam_search
     _update_finished_beams = GenerationMixin._update_finished_beams
     _check_early_stop_heuristic = staticmethod(GenerationMixin._check_early_stop_heuristic)
 
@@ -297,11 +298,34 @@ def test_the_form_comes_from_the_generation_config_and_greedy_and_sampling_ignor
     )
 
 
+def test_concurrent_calls_each_decode_with_their_own_form():
+    """The form travels with the `generate` call (not on the model): calls in other threads, with the other form,
+    return what each returns alone."""
+    model = tiny_model(1)
+    ids, mask = padded(sources(1))
+    options = dict(
+        input_ids=ids,
+        attention_mask=mask,
+        num_beams=4,
+        length_penalty=1.3,
+        output_scores=True,
+        return_dict_in_generate=True,
+    )
+    alone = {form: model.generate(**options, length_penalty_form=form).sequences_scores for form in ("length", "gnmt")}
+    assert not torch.equal(alone["length"], alone["gnmt"])
+    with ThreadPoolExecutor(4) as pool:
+        together = list(
+            pool.map(lambda form: (form, model.generate(**options, length_penalty_form=form)), ["length", "gnmt"] * 4)
+        )
+    assert all(torch.equal(out.sequences_scores, alone[form]) for form, out in together)
+    assert torch.equal(model.generate(**options).sequences_scores, alone["length"])  # nothing left behind
+
+
 @pytest.mark.parametrize(
     "options, message",
     [
         (dict(length_penalty_form="wu"), "not a length penalty form"),
-        (dict(length_penalty_form="gnmt", length_penalty=-0.5), "alpha must be 0 or more"),
+        (dict(length_penalty_form="gnmt", length_penalty=-0.5), "the GNMT penalty takes alpha >= 0"),
     ],
 )
 def test_a_form_the_model_does_not_know_and_a_negative_gnmt_alpha_are_refused(options, message):
@@ -403,3 +427,53 @@ def test_the_model_card_names_the_form_its_generation_config_uses():
     text = render_model_card(small_config(), RESULTS, REPO).content  # no form recorded: transformers' length form
     assert "divides by `length ** alpha`" in text and "decodes with the paper's GNMT" not in text
     assert "\n\n- The model only knows" not in text  # the bullets stay one list
+
+
+# --- the private transformers methods this package overrides or calls, as the pinned transformers has them ----------
+
+# The signatures the code was written against (transformers 5.24). The GNMT search overrides two helpers of
+# `GenerationMixin._beam_search`; the translation pipeline calls `Pipeline._prepare_generate_kwargs`. Private methods
+# may change in any release: pyproject.toml pins transformers below the next minor release, and this test fails first
+# when the pin is moved to a release that changed them.
+PRIVATE_SIGNATURES = {
+    (GenerationMixin, "_update_finished_beams"): (
+        False,
+        "self, sequences, topk_running_sequences, beam_scores, topk_log_probs, beam_indices, topk_running_beam_indices, "
+        "is_early_stop_heuristic_unsatisfied, is_sent_finished, next_token_hits_stopping_criteria, top_num_beam_mask, "
+        "num_beams, cur_len, decoder_prompt_len, length_penalty, early_stopping",
+    ),
+    (GenerationMixin, "_check_early_stop_heuristic"): (
+        True,
+        "is_early_stop_heuristic_unsatisfied, running_beam_scores, beam_scores, is_sent_finished, cur_len, max_length, "
+        "decoder_prompt_len, early_stopping, length_penalty",
+    ),
+    (Pipeline, "_prepare_generate_kwargs"): (False, "self, generate_kwargs, overrides"),
+}
+
+
+def test_the_private_transformers_methods_used_have_the_tested_signatures():
+    for (owner, name), (static, parameters) in PRIVATE_SIGNATURES.items():
+        assert ", ".join(inspect.signature(getattr(owner, name)).parameters) == parameters, name
+        assert isinstance(inspect.getattr_static(owner, name), staticmethod) == static, name
+    # The model overrides no other GenerationMixin method but the public `generate`, and its overrides are static
+    # where transformers' are (transformers calls them as `self._check_early_stop_heuristic(...)` either way).
+    model = VanillaTransformerForConditionalGeneration
+    overridden = {name for name in vars(model) if name in vars(GenerationMixin) and not name.startswith("__")}
+    assert overridden == {"generate", "_update_finished_beams", "_check_early_stop_heuristic"}, overridden
+    for name in ("_update_finished_beams", "_check_early_stop_heuristic"):
+        static = isinstance(inspect.getattr_static(GenerationMixin, name), staticmethod)
+        assert isinstance(inspect.getattr_static(model, name), staticmethod) == static, name
+
+
+def test_transformers_is_pinned_to_the_tested_minor_release():
+    import tomllib
+
+    import transformers
+    from packaging.requirements import Requirement
+    from packaging.version import Version
+
+    pyproject = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
+    requirement = next(Requirement(r) for r in pyproject["project"]["dependencies"] if r.startswith("transformers"))
+    tested = Version(transformers.__version__)
+    assert tested in requirement.specifier
+    assert Version(f"{tested.major}.{tested.minor + 1}") not in requirement.specifier, requirement

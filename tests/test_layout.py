@@ -87,6 +87,7 @@ FLOORS = {
         "vanilla_transformer.modeling_vanilla_transformer",
         "vanilla_transformer.loss_vanilla_transformer",
         "vanilla_transformer.pipeline_vanilla_transformer",
+        "vanilla_transformer.generation_vanilla_transformer",
     ],
     "library": [
         "vanilla_transformer.data",

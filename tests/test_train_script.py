@@ -170,6 +170,8 @@ def test_short_training_run_lowers_validation_loss_and_writes_a_loadable_model(d
         (["--resume_from_checkpoint", "/nonexistent/checkpoint-7"], "resume_from_checkpoint"),
         (["--resume_from_checkpoint", "true"], "holds no checkpoint"),
         (["--length_penalty", "nan"], "length_penalty"),
+        (["--length_penalty_form", "wu"], "'wu' is not a length penalty form"),
+        (["--length_penalty_form", "gnmt", "--length_penalty", "-1"], "the GNMT penalty takes alpha >= 0"),
         (["--num_beams", "0"], "num_beams must be at least 1"),
     ],
 )

@@ -91,7 +91,9 @@ def test_n_best_lines_carry_generates_scores(checkpoint, sentences, tmp_path, fo
 
 def test_penalty_options_are_generates(checkpoint, sentences, tmp_path):
     path, model, tokenizer = checkpoint
-    got = run(path, sentences, tmp_path, "--num_beams", "3", "--lenpen", "1.3", "--length_penalty_form", "gnmt")
+    got = run(
+        path, sentences, tmp_path, "--num_beams", "3", "--length_penalty", "1.3", "--length_penalty_form", "gnmt"
+    )
     want = [
         alone(model, tokenizer, s, num_beams=3, length_penalty=1.3, length_penalty_form="gnmt")[0][1]
         for s in sentences
@@ -114,8 +116,8 @@ def test_sampling_is_reproducible_with_a_seed(checkpoint, sentences, tmp_path):
 def test_every_command_spells_the_options_alike():
     parser = build_parser()
     spellings = {
-        "num_beams": (["--num_beams", "3"], ["--num-beams", "3"], ["--beams", "3"], ["--beam", "3"]),
-        "length_penalty": (["--length_penalty", "0.6"], ["--length-penalty", "0.6"], ["--lenpen", "0.6"]),
+        "num_beams": (["--num_beams", "3"], ["--num-beams", "3"]),
+        "length_penalty": (["--length_penalty", "0.6"], ["--length-penalty", "0.6"]),
         "length_penalty_form": (["--length_penalty_form", "gnmt"], ["--length-penalty-form", "gnmt"]),
     }
     commands = {
@@ -128,7 +130,7 @@ def test_every_command_spells_the_options_alike():
         for dest, forms in spellings.items():
             values = {getattr(parser.parse_args([*command, *form]), dest) for form in forms}
             assert len(values) == 1 and None not in values, (command, dest)
-    for form in (["--n_best", "2"], ["--n-best", "2"], ["--nbest", "2"]):
+    for form in (["--n_best", "2"], ["--n-best", "2"]):
         assert parser.parse_args([*commands["translate"], *form]).n_best == 2
     for command in ("translate", "attention"):
         args = parser.parse_args([*commands[command], "--max_new_tokens", "7", "--top_p", "0.9", "--top-k", "5"])
@@ -139,7 +141,9 @@ def test_every_command_spells_the_options_alike():
     "options, flag, message",
     [
         (["--n_best", "5", "--num_beams", "4"], "--n_best 5", "is more than --num_beams 4"),
-        (["--n_best", "5"], "--n_best 5", "is more than the beam size 4 (the model's generation config"),
+        (["--n_best", "5"], "--n_best 5", "is more than the beam size 4: beam search keeps 4"),
+        (["--num_beams", "0"], "--num_beams", "must be at least 1, got 0"),
+        (["--top_k", "-1"], "--top_k", "must be 0 or more"),
         (["--n_best", "0"], "--n_best", "must be at least 1"),
         (["--length_penalty", "-0.5", "--length_penalty_form", "gnmt"], "--length_penalty -0.5", "alpha >= 0"),
         (["--length_penalty", "nan"], "--length_penalty", "finite"),
@@ -172,7 +176,10 @@ def test_a_saved_negative_gnmt_alpha_is_one_line(checkpoint, tmp_path, capsys):
     source.write_text("A man.\n", encoding="utf-8")
     argv = ["translate", "--model", str(tmp_path / "m"), "--input", str(source), "--device", "cpu"]
     status, err = status_and_error(capsys, argv)
-    assert status == 2 and "length_penalty_form='gnmt': alpha must be 0 or more" in err, err
+    assert (
+        status == 2
+        and "`length_penalty` -1.0 with `length_penalty_form` 'gnmt': the GNMT penalty takes alpha >= 0" in err
+    ), err
 
 
 @pytest.mark.parametrize(

@@ -14,8 +14,8 @@
     vanilla-transformer demo --model your-name/transformer-en-de --write_space space/ --requirement SPEC
 
 `vanilla-transformer COMMAND --help` documents every option. Long options are spelled with underscores, as the
-Trainer's (`--batch_size`, `--num_beams`); the same names with hyphens, and the older names of
-`command_line.ALIASES`, are accepted too (vanilla_transformer/command_line.py).
+Trainer's (`--batch_size`, `--num_beams`); the same names with hyphens are accepted too, and a name that is no
+option of the command gets the closest one in its error (vanilla_transformer/command_line.py).
 
 Each command's parser and function live in the subpackage it belongs to: `translate` and `export` in
 translation/commands.py, `attention` and `score` in evaluation/commands.py, `push` in hub/commands.py, `average` in

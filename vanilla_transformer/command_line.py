@@ -1,10 +1,11 @@
 """What every command of `vanilla-transformer` shares: the parser (one spelling of each option, one-line errors), the
-argparse types that check a value's range, the line files of `translate` and `score`, and the decoding options.
+argparse types that read a value, the line files of `translate` and `score`, and the decoding options.
 
 One spelling: long options are written with underscores, as the Trainer's options and transformers' example scripts
 spell them (`--batch_size`, `--num_beams`, `--output_dir`). The parser also takes the same name with hyphens
-(`--batch-size`) and the older names of `ALIASES` (`--beams`), rewritten before parsing: they parse, and `--help`
-lists the one spelling only. This module imports only the standard library: the parsers are built without torch,
+(`--batch-size`), rewritten before parsing: it parses, and `--help` lists the one spelling only; a name that is no
+option of the command (a misspelling, another tool's name such as fairseq's `--beam`) is refused with the closest
+option (`unrecognized`). This module imports only the standard library: the parsers are built without torch,
 transformers or huggingface_hub, so that `--help` answers at once.
 """
 
@@ -13,22 +14,17 @@ from __future__ import annotations
 import argparse
 import contextlib
 import difflib
-import math
 import os
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
+from .generation_vanilla_transformer import LENGTH_PENALTY_FORMS, check_decoding
+
 
 PROG = "vanilla-transformer"
-# Older names of options (earlier releases; fairseq-generate's `--beam`, `--lenpen`, `--nbest`), by the option each
-# now is: accepted by the commands that have that option, never shown.
+# Older names of options, by the option each now is: accepted by the commands that have that option, never shown.
 ALIASES = {
-    "--beams": "--num_beams",
-    "--beam": "--num_beams",
-    "--lenpen": "--length_penalty",
-    "--nbest": "--n_best",
-    "--do_sample": "--sample",
     "--config": "--recipe",  # `train`: the recipe file, before it was told apart from --preset (the model size)
 }
 
@@ -86,8 +82,9 @@ def unrecognized(parser: argparse.ArgumentParser, extras: list[str]) -> str:
 
 
 # ------------------------------------------------------------------------------------------------ argparse types
-# Each checks one option's value as argparse reads it: a bad value is argparse's one-line error naming the option
-# ("argument --num_beams: must be at least 1, got 0"), before anything is loaded.
+# Each reads one option's value as argparse parses it: a value that is not one is argparse's one-line error naming the
+# option ("argument --num_beams: must be an integer, got 'x'"), before anything is loaded. The decoding options'
+# ranges are the library's rule (`check_decoding`, called by `decoding_options`).
 
 
 def _number(kind, text: str):
@@ -99,43 +96,21 @@ def _number(kind, text: str):
         ) from None
 
 
+def integer(text: str) -> int:
+    """An integer (its range is checked with the options it goes with: the decoding options' by `check_decoding`)."""
+    return _number(int, text)
+
+
+def number(text: str) -> float:
+    """A number (its range is checked with the options it goes with: the decoding options' by `check_decoding`)."""
+    return _number(float, text)
+
+
 def positive_int(text: str) -> int:
-    """An integer of at least 1 (a count: beams, sentences per batch, tokens)."""
+    """An integer of at least 1 (a count outside the decoding options: checkpoints to average)."""
     value = _number(int, text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
-
-
-def non_negative_int(text: str) -> int:
-    """An integer of 0 or more (0 = off or all, as `--top_k 0`)."""
-    value = _number(int, text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
-    return value
-
-
-def finite_float(text: str) -> float:
-    """A finite number (not nan or inf)."""
-    value = _number(float, text)
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
-    return value
-
-
-def positive_float(text: str) -> float:
-    """A finite number above 0 (a sampling temperature)."""
-    value = finite_float(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be above 0, got {text}")
-    return value
-
-
-def probability(text: str) -> float:
-    """A probability in (0, 1] (nucleus sampling's mass)."""
-    value = _number(float, text)
-    if not 0 < value <= 1:
-        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {text}")
     return value
 
 
@@ -319,37 +294,48 @@ def quiet_progress_bars() -> None:
 
 # ------------------------------------------------------------------------------------------------ decoding options
 
-# The length penalty's forms, as the model's generation config names them (`length_penalty_form`; the model code
-# defines them: modeling_vanilla_transformer.LENGTH_PENALTY_FORMS, not imported here so that --help stays fast).
-PENALTY_FORMS = ("length", "gnmt")
 SAMPLING_OPTIONS = (("--temperature", "temperature"), ("--top_k", "top_k"), ("--top_p", "top_p"))
+# The options `check_decoding` checks, as the commands name them (`--num_beams` for `num_beams`).
+DECODING_OPTIONS = (
+    "batch_size",
+    "num_beams",
+    "n_best",
+    "max_new_tokens",
+    "length_penalty",
+    "length_penalty_form",
+    "temperature",
+    "top_k",
+    "top_p",
+)
+FLAGS = {name: f"--{name}" for name in DECODING_OPTIONS}
 
 
 def add_decoding_options(
     parser: argparse.ArgumentParser, *, n_best: bool = False, sampling: bool = True, max_new_tokens: bool = False
 ) -> None:
     """The decoding options, spelled alike in every command that decodes (`translate`, `attention`, `demo`,
-    `export`) and as `generate` names them: each defaults to the model's generation config."""
+    `export`) and as `generate` names them: each defaults to the model's generation config. argparse reads each
+    value's type; `decoding_options` checks them (`check_decoding`, the library's check)."""
     group = parser.add_argument_group("decoding (default: the model's generation config)")
-    group.add_argument("--num_beams", type=positive_int, default=None, metavar="N", help="beam size (1 = greedy)")
+    group.add_argument("--num_beams", type=integer, default=None, metavar="N", help="beam size (1 = greedy)")
     group.add_argument(
         "--length_penalty",
-        type=finite_float,
+        type=number,
         default=None,
         metavar="ALPHA",
         help="length penalty alpha of beam search (the paper's 0.6; 0 = none)",
     )
     group.add_argument(
         "--length_penalty_form",
-        choices=PENALTY_FORMS,
+        choices=tuple(LENGTH_PENALTY_FORMS),
         default=None,
-        help="how the penalty divides a hypothesis' log-probability: length = |Y|**alpha (transformers, fairseq, "
-        "CTranslate2); gnmt = ((5+|Y|)/6)**alpha (Wu et al. 2016: the paper's, tensor2tensor, OpenNMT-py wu)",
+        help="how the penalty divides a hypothesis' log-probability: "
+        + "; ".join(f"{name}: {what}" for name, what in LENGTH_PENALTY_FORMS.items()),
     )
     if max_new_tokens:
         group.add_argument(
             "--max_new_tokens",
-            type=positive_int,
+            type=integer,
             default=None,
             metavar="N",
             help="at most N tokens per translation (default: the model's rule, source length + 50)",
@@ -357,7 +343,7 @@ def add_decoding_options(
     if n_best:
         group.add_argument(
             "--n_best",
-            type=positive_int,
+            type=integer,
             default=None,
             metavar="N",
             help="write the N best hypotheses of each sentence with their scores, one per line: the sentence's index "
@@ -370,19 +356,17 @@ def add_decoding_options(
             action="store_true",
             help="sample each token instead of searching (also implied by --temperature, --top_k, --top_p)",
         )
-        group.add_argument(
-            "--temperature", type=positive_float, default=None, metavar="T", help="sampling temperature (> 0)"
-        )
+        group.add_argument("--temperature", type=number, default=None, metavar="T", help="sampling temperature (> 0)")
         group.add_argument(
             "--top_k",
-            type=non_negative_int,
+            type=integer,
             default=None,
             metavar="K",
             help="sample from the K most likely tokens (0 = all)",
         )
         group.add_argument(
             "--top_p",
-            type=probability,
+            type=number,
             default=None,
             metavar="P",
             help="sample from the smallest set of tokens of probability P (0 < P <= 1)",
@@ -392,17 +376,11 @@ def add_decoding_options(
 
 def decoding_options(args) -> dict:
     """The `generate` options that the decoding flags of `args` set ({} = the model's generation config), checked
-    together (each value alone is checked by its argparse type): a combination that cannot work is a ValueError
-    naming the flags, before anything is loaded."""
-    beams, alpha, form = args.num_beams, args.length_penalty, args.length_penalty_form
-    n_best = getattr(args, "n_best", None)
-    if form == "gnmt" and alpha is not None and alpha < 0:
-        raise ValueError(
-            f"--length_penalty {alpha} with --length_penalty_form gnmt: the GNMT penalty takes alpha >= 0 "
-            "(a negative alpha is for --length_penalty_form length, where it favours shorter hypotheses)."
-        )
-    if n_best is not None and beams is not None and n_best > beams:
-        raise ValueError(f"--n_best {n_best} is more than --num_beams {beams}: beam search keeps {beams} hypotheses.")
+    before anything is loaded: each value and the pairs that go together by `check_decoding` (the library's check,
+    naming the flags), the flags that cannot go together here. A bad one is a ValueError naming the flags."""
+    given = {name: getattr(args, name, None) for name in DECODING_OPTIONS}
+    check_decoding(**given, names=FLAGS)
+    beams, alpha, form = given["num_beams"], given["length_penalty"], given["length_penalty_form"]
     options = {}
     sampling_given = [flag for flag, name in SAMPLING_OPTIONS if getattr(args, name, None) is not None]
     if getattr(args, "sample", False) or sampling_given:
@@ -427,22 +405,9 @@ def decoding_options(args) -> dict:
     for name, value in (("num_beams", beams), ("length_penalty", alpha), ("length_penalty_form", form)):
         if value is not None and name not in options:
             options[name] = value
-    max_new_tokens = getattr(args, "max_new_tokens", None)
-    if max_new_tokens is not None:
-        options["max_new_tokens"] = max_new_tokens
+    if given["max_new_tokens"] is not None:
+        options["max_new_tokens"] = given["max_new_tokens"]
     return options
-
-
-def check_n_best(n_best: int | None, options: dict, generation_config) -> None:
-    """--n_best against the beam the model will search with (the flag's, else its generation config's)."""
-    if n_best is None or options.get("do_sample"):
-        return
-    beams = options.get("num_beams", generation_config.num_beams or 1)
-    if n_best > beams:
-        raise ValueError(
-            f"--n_best {n_best} is more than the beam size {beams} (the model's generation config; --num_beams sets "
-            f"it): beam search keeps {beams} hypotheses."
-        )
 
 
 def apply_decoding(generation_config, options: dict) -> None:

@@ -9,7 +9,7 @@ Section numbers in comments are the paper's. The paper's choices are the default
 config flag (see `VanillaTransformerConfig`).
 """
 
-import copy
+import contextvars
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -34,6 +34,10 @@ from transformers.utils.deprecation import deprecate_kwarg
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from .configuration_vanilla_transformer import VanillaTransformerConfig
+
+# Section 6.1's length penalty and the decoding options' check, in a torch-free file beside this one (the command
+# line imports it before torch is loaded; a relative import, so `save_pretrained` copies it with this file).
+from .generation_vanilla_transformer import gnmt_length_penalty, length_penalty_form
 
 # The section 5.4 loss lives beside this file and ships with it (a relative import, copied by `save_pretrained`).
 from .loss_vanilla_transformer import label_smoothed_cross_entropy
@@ -616,43 +620,11 @@ class SourceLengthLimit(LogitsProcessor):
         return torch.where(done[:, None], only_eos, scores)
 
 
-# Section 6.1 decodes "with a beam size of 4 and length penalty alpha = 0.6 (Wu et al., 2016)": the GNMT penalty of the
-# authors' tensor2tensor (`utils/beam_search.py`) and of OpenNMT-py (`-length_penalty wu`). transformers' beam search
-# divides by length ** alpha instead (as fairseq and CTranslate2 do). The generation config's `length_penalty_form`
-# picks one; saved in generation_config.json as an extra attribute (transformers keeps those), absent = "length".
-LENGTH_PENALTY_FORMS = {
-    "length": "log P(Y) / |Y| ** alpha (transformers' beam search, fairseq, CTranslate2)",
-    "gnmt": "log P(Y) / ((5 + |Y|) / 6) ** alpha (Wu et al., 2016: the paper's, tensor2tensor, OpenNMT-py `wu`)",
-}
-
-
-def gnmt_length_penalty(length: int, alpha: float) -> float:
-    """lp(Y) = ((5 + |Y|) / 6) ** alpha (Wu et al., 2016, eq. 14); |Y| counts the generated tokens, `</s>` included,
-    as tensor2tensor counts them."""
-    return ((5.0 + length) / 6.0) ** alpha
-
-
-def length_penalty_form(generation_config) -> str:
-    """The generation config's length penalty form ("length" when it names none), checked: a form this model does not
-    know, or the GNMT form with a negative alpha (its bound on what a running hypothesis can still reach holds for
-    alpha >= 0 only; Wu et al. use 0 to 1), is a ValueError."""
-    form = getattr(generation_config, "length_penalty_form", None) or "length"
-    if form not in LENGTH_PENALTY_FORMS:
-        raise ValueError(
-            f"length_penalty_form={form!r} is not a length penalty form of this model: "
-            + "; ".join(f"{name!r}: {what}" for name, what in LENGTH_PENALTY_FORMS.items())
-            + "."
-        )
-    alpha = generation_config.length_penalty
-    if form == "gnmt" and alpha is not None and not alpha >= 0:
-        raise ValueError(f"length_penalty={alpha!r} with length_penalty_form='gnmt': alpha must be 0 or more.")
-    return form
-
-
-class _GnmtAlpha(float):
-    """A length penalty alpha to apply in the GNMT form. `_beam_search` hands `generation_config.length_penalty` to the
-    two helpers that use it (`_update_finished_beams`, `_check_early_stop_heuristic`); carrying the form in that value
-    keeps the search's state in the search (no attribute on the model, so concurrent `generate` calls are safe)."""
+# The form of the length penalty that the running `generate` call decodes with (`length_penalty_form`, read from its
+# generation config by `generate` below), for the two beam-search helpers that apply the penalty. A context variable,
+# set and reset around the call: it belongs to that call (no attribute on the model, so that concurrent `generate`
+# calls in other threads each see their own), and the helpers' arguments stay transformers' own.
+_DECODING_FORM: contextvars.ContextVar[str] = contextvars.ContextVar("length_penalty_form", default="length")
 
 
 @dataclass
@@ -777,7 +749,10 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
     @deprecate_kwarg("past_key_values", "6.0.0", new_name="cache")
     @torch.no_grad()
     def generate(self, inputs: torch.Tensor | None = None, generation_config=None, logits_processor=None, **kwargs):
-        """`GenerationMixin.generate`, with two additions.
+        """`GenerationMixin.generate`, with three additions.
+
+        - The length penalty's form (`length_penalty_form`, "length" or "gnmt", section 6.1): the call's keyword, else
+          the generation config's (the passed one's, else the model's), checked with its alpha (`check_decoding`).
 
         - The paper's maximum output length (section 6.1: input length + 50), per sentence, when the call sets no
           length of its own: the generation config's `source_length_offset` (50 in the shipped config; None turns
@@ -791,6 +766,12 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
           top of the cache, so one is supplied. A cache that already holds every given token is cropped by one step,
           so that the last token is fed again and yields the next token's scores."""
         gen_config = generation_config if generation_config is not None else self.generation_config
+        # The length penalty's form: the call's `length_penalty_form=`, else the generation config's (a named field;
+        # transformers takes as keywords only the fields the model's config already has, so it is read here).
+        named = kwargs.pop("length_penalty_form", None)
+        for config in (generation_config, self.generation_config):
+            named = named or getattr(config, "length_penalty_form", None)
+        form = length_penalty_form(gen_config, length_penalty_form=named, length_penalty=kwargs.get("length_penalty"))
         offset = getattr(gen_config, "source_length_offset", None)
         explicit_length = any(kwargs.get(k) is not None for k in ("max_length", "max_new_tokens")) or (
             generation_config is not None and generation_config.max_new_tokens is not None
@@ -811,63 +792,52 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
                 cache.crop(target.shape[1] - 1 - cache.get_seq_length())  # (crop takes the number to drop, negated)
             if kwargs.get("decoder_attention_mask") is None:
                 kwargs["decoder_attention_mask"] = torch.ones_like(target)
-        return super().generate(
-            inputs, generation_config=generation_config, logits_processor=logits_processor, **kwargs
-        )
+        token = _DECODING_FORM.set(form)
+        try:
+            return super().generate(
+                inputs, generation_config=generation_config, logits_processor=logits_processor, **kwargs
+            )
+        finally:
+            _DECODING_FORM.reset(token)
 
     # The GNMT length penalty (`length_penalty_form="gnmt"`) inside transformers' own beam search
-    # (`GenerationMixin._beam_search`, not a copy of it): the two places where that search applies the penalty
-    # (`_update_finished_beams`, `_check_early_stop_heuristic`) apply this one. The running beams, the candidates and
-    # the cache are transformers'; with the default form the stock methods run as they are. `early_stopping` keeps
-    # transformers' meaning (True: a sentence ends once `num_beams` hypotheses are finished), with the GNMT penalty in
-    # each rule. tests/test_gnmt_penalty.py checks each against a plain tensor2tensor search.
-
-    def _prepare_generation_config(self, generation_config, *args, **kwargs):
-        """transformers' preparation, also taking `length_penalty_form=` as a `generate` keyword (transformers takes
-        only the attributes the model's generation config already has: a checkpoint saved without one would refuse
-        it as an unused model argument), and checking the form."""
-        form = kwargs.pop("length_penalty_form", None)
-        generation_config, model_kwargs = super()._prepare_generation_config(generation_config, *args, **kwargs)
-        if form is not None:
-            generation_config.length_penalty_form = form
-        length_penalty_form(generation_config)
-        return generation_config, model_kwargs
-
-    def _beam_search(self, input_ids, logits_processor, stopping_criteria, generation_config, *args, **kwargs):
-        """`GenerationMixin._beam_search`, with the GNMT form's alpha marked (`_GnmtAlpha`) for the helpers below."""
-        if length_penalty_form(generation_config) == "gnmt":
-            generation_config = copy.copy(generation_config)
-            generation_config.length_penalty = _GnmtAlpha(generation_config.length_penalty)
-        return super()._beam_search(input_ids, logits_processor, stopping_criteria, generation_config, *args, **kwargs)
+    # (`GenerationMixin._beam_search`, not a copy of it): the two private helpers where that search applies the
+    # penalty (`_update_finished_beams`, `_check_early_stop_heuristic`) apply this one when the running `generate`
+    # call decodes with it (`_DECODING_FORM`). The running beams, the candidates and the cache are transformers'; with
+    # the default form the stock methods run as they are. `early_stopping` keeps transformers' meaning (True: a
+    # sentence ends once `num_beams` hypotheses are finished), with the GNMT penalty in each rule.
+    # tests/test_gnmt_penalty.py checks each against a plain tensor2tensor search, and the two helpers' signatures
+    # against transformers' (private methods: pyproject.toml pins transformers to the minor release tested).
 
     def _update_finished_beams(self, *, topk_log_probs, top_num_beam_mask, length_penalty, **kwargs):
         """transformers' update of the finished hypotheses. GNMT form: the candidates' log-probabilities divided by
         ((5 + |Y|) / 6) ** alpha here (transformers' own division then by |Y| ** 0 = 1), and every candidate of the
         step that ends may enter (tensor2tensor's `grow_finished`), not only those among the best `num_beams`
         (transformers' and fairseq's rule)."""
-        if isinstance(length_penalty, _GnmtAlpha):
+        if _DECODING_FORM.get() == "gnmt":
             # |Y|: the candidates' generated tokens, </s> included.
             length = kwargs["cur_len"] + 1 - kwargs["decoder_prompt_len"]
-            topk_log_probs = topk_log_probs / gnmt_length_penalty(length, float(length_penalty))
+            topk_log_probs = topk_log_probs / gnmt_length_penalty(length, length_penalty)
             top_num_beam_mask = torch.ones_like(top_num_beam_mask)
             length_penalty = 0.0
         return super()._update_finished_beams(
             topk_log_probs=topk_log_probs, top_num_beam_mask=top_num_beam_mask, length_penalty=length_penalty, **kwargs
         )
 
-    def _check_early_stop_heuristic(self, *, running_beam_scores, length_penalty, **kwargs):
+    @staticmethod  # as transformers' is
+    def _check_early_stop_heuristic(*, running_beam_scores, length_penalty, **kwargs):
         """transformers' test of whether a running hypothesis can still beat the finished ones. GNMT form: the best
         running log-probability divided by ((5 + L) / 6) ** alpha; transformers' own division is then by L ** 0 = 1.
         L is the maximum length for `early_stopping="never"`: alpha >= 0 makes lp grow with the length, so that is the
         best a hypothesis can reach (tensor2tensor's bound), and the search returns what decoding to the maximum length
         would (tensor2tensor's result). Otherwise it is the current length, as transformers chooses it."""
-        if isinstance(length_penalty, _GnmtAlpha):
-            alpha = float(length_penalty)
+        if _DECODING_FORM.get() == "gnmt":
+            alpha = length_penalty
             never = kwargs["early_stopping"] == "never" and alpha > 0
             best_length = (kwargs["max_length"] if never else kwargs["cur_len"]) - kwargs["decoder_prompt_len"]
             running_beam_scores = running_beam_scores / gnmt_length_penalty(best_length, alpha)
             length_penalty = 0.0
-        return super()._check_early_stop_heuristic(
+        return GenerationMixin._check_early_stop_heuristic(
             running_beam_scores=running_beam_scores, length_penalty=length_penalty, **kwargs
         )
 
@@ -886,14 +856,11 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
 
 
 __all__ = [
-    "LENGTH_PENALTY_FORMS",
     "VanillaTransformerForConditionalGeneration",
     "VanillaTransformerSeq2SeqLMOutput",
     "VanillaTransformerModel",
     "VanillaTransformerPreTrainedModel",
-    "gnmt_length_penalty",
     "label_smoothed_cross_entropy",
-    "length_penalty_form",
     "shift_tokens_right",
     "sinusoidal_position_encoding",
 ]

@@ -13,8 +13,8 @@ import torch
 from transformers import LogitsProcessor, LogitsProcessorList
 
 from ..evaluation.attention import CONTINUATION, AttentionWeights, attention_weights, token_labels
+from ..generation_vanilla_transformer import check_decoding, gnmt_length_penalty, length_penalty_form
 from ..pipeline_vanilla_transformer import fit_source
-from ..translation.translate import check_decoding
 
 
 MAX_CHARACTERS = 100_000  # a paste is cut here before it is tokenized at all
@@ -195,7 +195,10 @@ def decoding_steps(
                 next_running[tuple(ids)] = top[rank]
             elif (rank < beams or gnmt) and (token in eos_token_ids or (last and length_limited)):
                 candidate.status = "ended"
-                candidate.score = value / (((5 + t + 1) / 6 if gnmt else t + 1) ** length_penalty)
+                length = t + 1
+                candidate.score = value / (
+                    gnmt_length_penalty(length, length_penalty) if gnmt else length**length_penalty
+                )
             candidates.append(candidate)
         steps.append(Step(t, candidates))
         if not last:
@@ -237,7 +240,9 @@ def run_translation(model, tokenizer, text: str, decoding: Decoding | None = Non
     config = model.generation_config
     num_beams = kwargs.get("num_beams", config.num_beams or 1)
     length_penalty = kwargs.get("length_penalty", config.length_penalty if config.length_penalty is not None else 1.0)
-    form = kwargs.get("length_penalty_form", getattr(config, "length_penalty_form", None) or "length")
+    form = length_penalty_form(
+        config, length_penalty_form=kwargs.get("length_penalty_form"), length_penalty=length_penalty
+    )
     recorder = StepRecorder()
     if kwargs.get("do_sample"):
         torch.manual_seed(int(decoding.seed))

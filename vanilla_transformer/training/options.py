@@ -30,6 +30,7 @@ from transformers import HfArgumentParser, Seq2SeqTrainingArguments
 
 from .. import command_line
 from ..configuration_vanilla_transformer import PRESETS
+from ..generation_vanilla_transformer import check_decoding
 from ..translation.precision import bf16_support
 from .checkpoints import last_checkpoint
 
@@ -269,14 +270,7 @@ class RunArguments:
             raise ValueError(
                 f"`keep_checkpoints` must be one of {list(KEEP_CHECKPOINTS)}, got {self.keep_checkpoints!r}."
             )
-        if self.length_penalty is not None and not math.isfinite(self.length_penalty):
-            raise ValueError(f"`length_penalty` must be a finite number, got {self.length_penalty!r}.")
-        if self.length_penalty_form not in (None, "length", "gnmt"):
-            raise ValueError(f"`length_penalty_form` must be 'length' or 'gnmt', got {self.length_penalty_form!r}.")
-        if self.length_penalty_form == "gnmt" and self.length_penalty is not None and self.length_penalty < 0:
-            raise ValueError(
-                f"`length_penalty` {self.length_penalty!r} with length_penalty_form 'gnmt': alpha must be 0 or more."
-            )
+        check_decoding(length_penalty=self.length_penalty, length_penalty_form=self.length_penalty_form)
         if isinstance(self.early_stopping, bool):  # a preset's JSON true / false
             self.early_stopping = str(self.early_stopping).lower()
         if self.early_stopping is not None:

@@ -20,14 +20,15 @@ from ..command_line import (
     add_checkpoint_options,
     add_decoding_options,
     check_input,
-    check_n_best,
     check_output,
     count_lines,
     decoding_options,
+    integer,
     iter_lines,
     line_writer,
     positive_int,
 )
+from ..generation_vanilla_transformer import check_decoding
 from .loading import DTYPES, check_model_location
 from .shipped import resolve_model, shipped_models
 
@@ -69,7 +70,7 @@ def add_translate_parser(commands) -> None:
         "line is translated: FILE is then the complete output or untouched. Default: FILE is written window by "
         "window, so that an interrupted run keeps what it translated",
     )
-    t.add_argument("--batch_size", type=positive_int, default=32, metavar="N", help="sentences per batch (default 32)")
+    t.add_argument("--batch_size", type=integer, default=32, metavar="N", help="sentences per batch (default 32)")
     t.add_argument(
         "--window",
         type=positive_int,
@@ -182,7 +183,9 @@ def cmd_translate(args) -> int:
     )
     from .translate import translate_stream
 
-    check_n_best(args.n_best, options, model.generation_config)
+    if args.n_best is not None and not options.get("do_sample"):  # against the beam the model will search with
+        beams = options.get("num_beams", model.generation_config.num_beams or 1)
+        check_decoding(n_best=args.n_best, num_beams=beams, names={"n_best": "--n_best", "num_beams": "the beam size"})
     if args.seed is not None:
         import torch
 

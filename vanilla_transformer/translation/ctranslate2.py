@@ -76,6 +76,8 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+from ..generation_vanilla_transformer import check_decoding, length_penalty_form
+
 
 logger = logging.getLogger(__name__)
 
@@ -214,7 +216,7 @@ def build_spec(model, table_length: int):
 
 def _generation_settings(generation, tokenizer, source_limit: int, table_length: int) -> dict:
     """What `translate_ctranslate2` needs to decode as `generate` does with the generation config `generation`."""
-    form = getattr(generation, "length_penalty_form", None) or "length"
+    form = length_penalty_form(generation)
     if form != "length" and (generation.num_beams or 1) > 1:
         raise ValueError(
             f"the model decodes with the {form} length penalty (generation_config.length_penalty_form={form!r}), "
@@ -401,13 +403,12 @@ class CTranslate2Model:
         for greedy search). `progress`: a tqdm bar to update, or None. `length_penalty`: alpha instead of the
         exported one (CTranslate2's length ** alpha form)."""
         from ..pipeline_vanilla_transformer import fit_source  # the rule `translate` truncates by
-        from .translate import check_decoding  # and the check of its options
 
         beams = self.settings["num_beams"] if num_beams is None else num_beams
         lp = self.settings["length_penalty"] if length_penalty is None else float(length_penalty)
-        check_decoding(batch_size=batch_size, num_beams=beams)
+        check_decoding(batch_size=batch_size, num_beams=beams, max_new_tokens=max_new_tokens, length_penalty=lp)
         table = self.settings["position_table_length"]
-        if max_new_tokens is not None and not 1 <= max_new_tokens <= table:
+        if max_new_tokens is not None and max_new_tokens > table:
             raise ValueError(
                 f"max_new_tokens must be in [1, {table}] (the exported position table has {table} rows), "
                 f"got {max_new_tokens}."
@@ -560,9 +561,8 @@ def translate_ctranslate2(
     """
     from tqdm.auto import tqdm
 
-    from .translate import check_decoding, encode_sources  # torch-side module: imported when used, as elsewhere here
+    from .translate import encode_sources  # torch-side module: imported when used, as elsewhere here
 
-    check_decoding(batch_size=batch_size, num_beams=num_beams, max_new_tokens=max_new_tokens)
     if not isinstance(model, CTranslate2Model):
         model = CTranslate2Model(model, device=device, compute_type=compute_type, intra_threads=intra_threads)
     results = [""] * len(sentences)

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 import torch
 from tqdm.auto import tqdm
 
+from ..generation_vanilla_transformer import check_decoding
 from ..pipeline_vanilla_transformer import fit_source
 
 
@@ -38,45 +39,6 @@ def encode_sources(
         if message:
             logger.warning("%s", message)
     return encoded
-
-
-def check_decoding(
-    *,
-    batch_size: int | None = None,
-    num_beams: int | None = None,
-    n_best: int | None = None,
-    max_new_tokens: int | None = None,
-    temperature: float | None = None,
-    top_p: float | None = None,
-    max_beams: int | None = None,
-    names: dict[str, str] | None = None,
-) -> None:
-    """The one check of the decoding options that `translate`, the CTranslate2 engine and the web demo take: each
-    given one (None: not given) must be `batch_size`, `num_beams`, `n_best`, `max_new_tokens` >= 1 (`num_beams` also
-    <= `max_beams` when that is given), `temperature` > 0, `top_p` in (0, 1]. A ValueError names the option as
-    `names` spells it (default: its Python name in backquotes, e.g. "`batch_size` must be at least 1, got 0.")."""
-    names = names or {}
-
-    def name(option: str) -> str:
-        return names.get(option, f"`{option}`")
-
-    for option, value in (
-        ("batch_size", batch_size),
-        ("num_beams", num_beams),
-        ("n_best", n_best),
-        ("max_new_tokens", max_new_tokens),
-    ):
-        if value is None:
-            continue
-        if option == "num_beams" and max_beams is not None:
-            if not 1 <= value <= max_beams:
-                raise ValueError(f"{name(option)} must be between 1 and {max_beams}, got {value}.")
-        elif value < 1:
-            raise ValueError(f"{name(option)} must be at least 1, got {value}.")
-    if temperature is not None and not temperature > 0:
-        raise ValueError(f"{name('temperature')} must be above 0, got {temperature}.")
-    if top_p is not None and not 0 < top_p <= 1:
-        raise ValueError(f"{name('top_p')} must be in (0, 1], got {top_p}.")
 
 
 @torch.no_grad()
@@ -107,7 +69,9 @@ def translate(
     `progress`: True draws a progress bar on stderr; a tqdm bar (`translate_stream`'s) is updated instead, by every
     sentence, blank ones included. `start`: the index of `sentences[0]` in the input, for the warnings' line numbers.
     """
-    check_decoding(batch_size=batch_size, n_best=n_best)
+    sampling = generate_kwargs.get("do_sample", model.generation_config.do_sample)
+    beams = None if sampling else generate_kwargs.get("num_beams", model.generation_config.num_beams or 1)
+    check_decoding(batch_size=batch_size, n_best=n_best, num_beams=beams)
     results = [""] * len(sentences) if n_best is None else [[(0.0, "")] * n_best for _ in sentences]
     limit = model.config.input_length_limit(tokenizer)
     # verbose=False: no "indexing errors" warning from the tokenizer for a long line; encode_sources warns once.
@@ -120,8 +84,8 @@ def translate(
     order = sorted(encoded, key=lambda i: -len(encoded[i]))
     model.eval()
     bar = progress if shared_bar else tqdm(total=len(order), desc="translate", unit="sent", disable=not progress)
-    for start in range(0, len(order), batch_size):
-        chunk = order[start : start + batch_size]
+    for offset in range(0, len(order), batch_size):  # `start` is the window's first line
+        chunk = order[offset : offset + batch_size]
         batch = tokenizer.pad({"input_ids": [encoded[i] for i in chunk]}, return_tensors="pt").to(model.device)
         if n_best is None:
             out = model.generate(
