@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Download into .whl/ the wheels the GPU machine needs to run the package (docs/performance.md, "On a GPU").
+# Download into .whl/ (emptied first) the wheels the GPU machine needs to run the package (docs/performance.md,
+# "On a GPU").
 #
 # That machine has no network. Its Python 3.12 holds torch 2.11.0, transformers 5.17.0, huggingface_hub 1.33.0,
 # tokenizers 0.23.2, safetensors 0.8.0, accelerate 1.15.0, numpy 2.5.2 and sacrebleu, pyarrow, pandas, fsspec,
