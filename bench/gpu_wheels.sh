@@ -6,8 +6,9 @@
 # tokenizers 0.23.2, safetensors 0.8.0, accelerate 1.15.0, numpy 2.5.2 and sacrebleu, pyarrow, pandas, fsspec,
 # xxhash, regex, click, joblib, requests, jinja2, tqdm, typer, ... ; it lacks datasets, evaluate, sacremoses, dill and
 # multiprocess. So the wheels are: transformers 5.24 (the package needs it), those five, nothing else. hub 1.33 and
-# tokenizers 0.23.2 satisfy transformers 5.24's and datasets 5.2's requirements and run the suite (bench/gpu_venv.sh
-# proves it), so they are not carried.
+# tokenizers 0.23.2 satisfy transformers 5.24's and datasets 5.2's requirements and run the model, training,
+# generation and data tests (bench/gpu_venv.sh), so they are not carried. What is there in a version not read
+# (pyarrow: datasets 5.2 needs >= 24) is listed at the end, unchecked.
 #
 # Usage (from the repository root): bash bench/gpu_wheels.sh
 # Then carry `.whl` in the device call; the device command line is in docs/performance.md.
