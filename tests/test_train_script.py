@@ -286,6 +286,23 @@ def test_cpu_float32_options_apply_when_the_run_trains_in_float32_on_a_cpu(tmp_p
     assert parse("--use_cpu", "false") == file_options
 
 
+def test_a_torch_built_for_cuda_without_a_gpu_trains_as_a_cpu_run(tmp_path, monkeypatch):
+    """PyPI's torch for Linux is built for CUDA and names CUDA as its accelerator also where no GPU is found
+    (`current_accelerator()` without `check_available`): the run is then a CPU run, with a CPU's defaults (`use_cpu`,
+    the recipe's `cpu_float32` options), as with torch's CPU build."""
+    monkeypatch.setattr(
+        torch.accelerator,
+        "current_accelerator",
+        lambda check_available=False: None if check_available else torch.device("cuda"),
+    )
+    config = tmp_path / "preset.json"
+    config.write_text(json.dumps({"subword_split": 0.1, "cpu_float32": CPU_FLOAT32_OPTIONS}))
+    argv = ["--recipe", str(config), "--output_dir", str(tmp_path / "run"), "--report_to", "none", "--bf16", "false"]
+    _, _, _, _, training_args = train.parse_args(argv)
+    assert training_args.use_cpu and training_args.preset_cpu_float32 == CPU_FLOAT32_OPTIONS
+    assert training_args.subword_split == 0.0
+
+
 @pytest.mark.parametrize(
     "command_line", [[], ["--label_smoothing_factor", "0.3"]], ids=["preset", "command_line_wins"]
 )

@@ -448,8 +448,9 @@ class VanillaTrainingArguments(Seq2SeqTrainingArguments):
                 logger.warning("bf16 asked for, but %s.", reason)
 
     def _training_device_type(self) -> str:
-        # The device the Trainer will pick, known before `TrainingArguments.__post_init__` sets it up.
-        accelerator = torch.accelerator.current_accelerator()
+        # The device the Trainer will pick, known before `TrainingArguments.__post_init__` sets it up. An accelerator
+        # torch was built for but cannot find (PyPI's CUDA build on a machine without a GPU) is none: the CPU.
+        accelerator = torch.accelerator.current_accelerator(check_available=True)
         return "cpu" if self.use_cpu or accelerator is None else accelerator.type
 
 
@@ -683,7 +684,7 @@ def build_parser(show_all: bool = False) -> ArgumentParser:
             _add_field(group, *fields[name], shown=show_all or title != TRAINER_GROUP)
     # Without an accelerator, say so to the Trainer: only then does it set up gloo data parallelism across the
     # processes of `accelerate launch --multi_gpu` / `torchrun` (otherwise each CPU process trains alone).
-    parser.set_defaults(use_cpu=torch.accelerator.current_accelerator() is None)
+    parser.set_defaults(use_cpu=torch.accelerator.current_accelerator(check_available=True) is None)
     return parser
 
 
