@@ -66,7 +66,10 @@ def test_checkpoints_whose_save_did_not_finish_are_never_averaged(tmp_path, caps
     (tmp_path / "checkpoint-300").mkdir()  # a crash during its save: no trainer_state.json
     (tmp_path / "checkpoint-400").mkdir()
     (tmp_path / "checkpoint-400" / "trainer_state.json").write_text('{"global_st')  # truncated
-    assert last_complete_checkpoints(tmp_path, 2) == [str(tmp_path / "checkpoint-100"), str(tmp_path / "checkpoint-200")]
+    assert last_complete_checkpoints(tmp_path, 2) == [
+        str(tmp_path / "checkpoint-100"),
+        str(tmp_path / "checkpoint-200"),
+    ]
     assert main(["average", str(tmp_path), "--last", "3", "--output", str(tmp_path / "avg")]) == 2
     assert "only 2 checkpoints whose save finished" in capsys.readouterr().err
 

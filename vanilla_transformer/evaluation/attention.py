@@ -34,7 +34,6 @@ name. Each drawn heatmap / line set carries a gid ("cross/layer=4/head=2", ".../
 
 from __future__ import annotations
 
-import logging
 import math
 import textwrap
 from collections.abc import Iterable
@@ -42,8 +41,8 @@ from dataclasses import dataclass
 
 import torch
 
+from ..translation.precision import eager_attention
 
-logger = logging.getLogger(__name__)
 
 KINDS = ("cross", "encoder", "decoder")
 WORD_MARKERS = ("\u2581", "\u0120")  # "▁" (SentencePiece / Metaspace, this package's tokenizer), "Ġ" (byte-level)
@@ -117,8 +116,8 @@ def attention_weights(
     Args:
         model: an encoder-decoder (`AutoModelForSeq2SeqLM`), this package's or loaded with `trust_remote_code`.
             With another attention implementation than "eager" (e.g. the default "sdpa", which computes no weights)
-            the model is switched to "eager" with `model.set_attn_implementation("eager")` for the forward pass
-            and switched back afterwards (also on error); a dropout-free forward needs eval mode, so a model in
+            the model is switched to "eager" for the forward pass and switched back afterwards, also on error
+            (`translation.precision.eager_attention`); a dropout-free forward needs eval mode, so a model in
             training mode is put in eval mode for the call and back in training mode after.
         tokenizer: the model's tokenizer (appends </s> to the source, as in training).
         source: one sentence.
@@ -211,14 +210,7 @@ def attention_weights(
 
 def _forward_with_weights(model, input_ids, decoder_input_ids):
     """One teacher-forced forward pass with `output_attentions=True` on the eager attention path."""
-    previous = model.config._attn_implementation
-    switch = previous != "eager"
-    if switch:
-        logger.info(
-            "The model uses %r attention, which returns no weights: switched to 'eager' for this call.", previous
-        )
-        model.set_attn_implementation("eager")
-    try:
+    with eager_attention(model):
         return model(
             input_ids=input_ids,
             attention_mask=torch.ones_like(input_ids),
@@ -227,9 +219,6 @@ def _forward_with_weights(model, input_ids, decoder_input_ids):
             return_dict=True,
             use_cache=False,
         )
-    finally:
-        if switch:
-            model.set_attn_implementation(previous)
 
 
 # ------------------------------------------------------------------------------------------------ drawing

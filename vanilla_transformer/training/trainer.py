@@ -55,7 +55,7 @@ from ..data.batching import TokenBatchSampler
 from ..data.corpus import MODEL_INPUT_COLUMNS
 from ..evaluation.bleu import make_compute_metrics
 from ..loss_vanilla_transformer import label_smoothed_cross_entropy
-from ..translation.precision import fast_attention_implementation
+from ..translation.precision import fast_attention_implementation, use_attention
 from .augmentation import maybe_reverse, merge_tree, split_batch, update_seed
 from .checkpoints import has_resume_state, is_complete_checkpoint, last_checkpoint, remove_incomplete_checkpoints
 from .options import VanillaTrainingArguments
@@ -135,13 +135,8 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
         dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(self.args.mixed_precision, torch.float32)
         attention = fast_attention_implementation(self.args.device, dtype)
         model = self.accelerator.unwrap_model(self.model)
-        config = getattr(model, "config", None)
-        if (
-            attention
-            and getattr(config, "_attn_implementation", attention) == "sdpa"
-            and hasattr(model, "set_attn_implementation")
-        ):
-            model.set_attn_implementation(attention)
+        if attention and getattr(getattr(model, "config", None), "_attn_implementation", None) == "sdpa":
+            use_attention(model, attention)
             logger.info("Attention: %s (torch's SDPA kernel is the slow one in %s on a CPU).", attention, precision)
 
     # ---- Resuming ----
