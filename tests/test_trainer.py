@@ -1,6 +1,7 @@
 """The paper's training recipe on the Trainer: optimizer, schedule, label-smoothed loss, token batches, BLEU
 evaluation, crash-safe checkpoints and exact resumption. Tiny models and 200 Multi30k pairs keep it fast."""
 
+import inspect
 import itertools
 import json
 import math
@@ -16,8 +17,9 @@ import datasets
 import pytest
 import torch
 import torch.nn.functional as F
+import transformers
 from helpers import TINY_SIZES, read_multi30k, subprocess_env
-from transformers import DataCollatorForSeq2Seq, ProgressCallback, TrainerCallback
+from transformers import DataCollatorForSeq2Seq, ProgressCallback, Trainer, TrainerCallback
 
 from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 from vanilla_transformer.data.batching import TokenBatchSampler
@@ -29,7 +31,7 @@ from vanilla_transformer.training.callbacks import CooldownPlanner, TimeLimit, T
 from vanilla_transformer.training.checkpoints import last_checkpoint
 from vanilla_transformer.training.options import VanillaTrainingArguments
 from vanilla_transformer.training.schedule import noam_learning_rate
-from vanilla_transformer.training.trainer import VanillaTransformerTrainer
+from vanilla_transformer.training.trainer import TESTED_TRANSFORMERS, VanillaTransformerTrainer
 
 
 read = read_multi30k  # read(name, n): the first n lines of a Multi30k file
@@ -317,6 +319,21 @@ def test_gradient_norm_is_computed_only_for_logged_updates(tmp_path, tokenizer, 
     logs = train_logs(trainer)
     assert sorted(logs) == [3, 6] and all(logs[step]["grad_norm"] > 0 for step in logs)
     assert len(calls) == 2  # not one extra pass over the gradients per update
+
+
+def test_the_private_trainer_method_overridden_has_the_signature_it_had_when_checked():
+    """`_get_grad_norm` is private to transformers: its signature and the release it was checked against are pinned
+    (trainer.TESTED_TRANSFORMERS); a newer transformers fails here until the override is checked again."""
+    installed = tuple(int(part) for part in transformers.__version__.split(".")[:2])
+    assert installed <= TESTED_TRANSFORMERS, f"transformers {transformers.__version__}: check `_get_grad_norm` again"
+    parameters = list(inspect.signature(Trainer._get_grad_norm).parameters.values())
+    assert [(p.name, p.default) for p in parameters] == [
+        ("self", inspect.Parameter.empty),
+        ("model", inspect.Parameter.empty),
+        ("grad_norm", None),
+    ]
+    # ... and the training loop still asks it for the norm of every update (None: not clipped, compute it).
+    assert "self._get_grad_norm(model, grad_norm=grad_norm)" in inspect.getsource(transformers.trainer)
 
 
 # ---- Token batches and data parallelism ----

@@ -314,7 +314,7 @@ class VanillaTrainingArguments(Seq2SeqTrainingArguments):
     Re-defaulted (each can still be overridden): `adam_beta1=0.9`, `adam_beta2=0.98`, `adam_epsilon=1e-9`,
     `weight_decay=0.0` (with the default `optim="adamw_torch_fused"`, the Trainer's fused AdamW is then the paper's
     Adam), `max_grad_norm=0.0` (no clipping), `warmup_steps=4000`, `label_smoothing_factor=0.1` (section 5.4; the
-    model computes the smoothed loss, see `VanillaTransformerTrainer.compute_loss`), `predict_with_generate=True`,
+    trainer's loss, `trainer.LabelSmoothedLoss`), `predict_with_generate=True`,
     `metric_for_best_model="bleu"` and `ddp_find_unused_parameters=False`. The learning rate follows `lr_schedule`:
     "noam" (the paper's, `schedule.NoamLR`, which has no use for `learning_rate` and `lr_scheduler_type`) or "trainer"
     (the stock schedule `lr_scheduler_type` with `learning_rate`).

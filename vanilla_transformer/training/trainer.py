@@ -8,11 +8,12 @@ One update, in the order the Trainer (transformers 5.24, `Trainer.train`) calls 
    data-parallel processes by the sampler itself.
 2. `get_batch_samples`: the update's micro-batches (`gradient_accumulation_steps` of them), augmented when asked
    (`subword_split`, `bidirectional_steps`: augmentation.py, not in the paper) before the Trainer counts their target
-   tokens (`num_items_in_batch`).
-3. `compute_loss`, once per micro-batch, inside the Trainer's `training_step` (which then runs the backward): the
-   model computes the label-smoothed cross-entropy (section 5.4, epsilon `label_smoothing_factor`) divided by the
-   target tokens of the whole update, so the gradients do not depend on how the update is split across micro-batches
-   or processes; the sums for the logs are added up here.
+   tokens (`num_items_in_batch`); the decoder input is shifted from the labels.
+3. The Trainer's `compute_loss`, once per micro-batch, inside its `training_step` (which then runs the backward): the
+   model's logits, then `LabelSmoothedLoss` (the Trainer's `compute_loss_func`): the label-smoothed cross-entropy
+   (section 5.4, epsilon `label_smoothing_factor`) divided by the target tokens of the whole update, so the gradients
+   do not depend on how the update is split across micro-batches or processes; the sums for the logs are added up
+   there.
 4. `_get_grad_norm`: the gradient norm for the logs, only before an update that will be logged (no clipping, as in the
    paper).
 5. The optimizer step: the Trainer's own optimizer, `adamw_torch_fused` with weight decay 0, which is the paper's
@@ -64,6 +65,35 @@ from .schedule import NoamLR, peak_learning_rate
 
 logger = logging.getLogger(__name__)
 
+# The newest transformers release (major.minor) whose private Trainer method overridden here (`_get_grad_norm`) has
+# been checked: tests/test_trainer.py fails on a newer one until the override is checked again.
+TESTED_TRANSFORMERS = (5, 24)
+
+
+class LabelSmoothedLoss:
+    """The training loss, as the Trainer's `compute_loss_func`: section 5.4's label-smoothed cross-entropy (epsilon
+    `label_smoothing_factor`; float32, fused: `label_smoothed_cross_entropy`) of one micro-batch, summed over its
+    target tokens and divided by `num_items_in_batch`, the target tokens of the whole update that the Trainer counts,
+    so that the gradients do not depend on how the update is split across micro-batches or processes. The Trainer's
+    `compute_loss` then scales it for data parallelism as it scales its own losses. Adds (smoothed loss, NLL, target
+    tokens) of each micro-batch to `sums` (no host sync), which `VanillaTransformerTrainer.log` reads."""
+
+    def __init__(self, epsilon: float, sums: torch.Tensor):
+        self.epsilon, self.sums = epsilon, sums
+
+    def __call__(self, outputs, labels, num_items_in_batch=None) -> torch.Tensor:
+        if labels is None:
+            raise ValueError(
+                "The batch has no `labels`: the training data must hold the tokenized targets in a `labels` column."
+            )
+        logits = outputs["logits"] if isinstance(outputs, dict) else outputs[0]
+        loss_sum, nll_sum, tokens = label_smoothed_cross_entropy(logits, labels, self.epsilon)
+        self.sums += torch.stack([loss_sum.detach(), nll_sum, tokens.to(loss_sum.dtype)]).to(self.sums)
+        denominator = tokens.clamp(min=1) if num_items_in_batch is None else num_items_in_batch
+        if isinstance(denominator, torch.Tensor):
+            denominator = denominator.to(loss_sum.device)
+        return loss_sum / denominator
+
 
 class VanillaTransformerTrainer(Seq2SeqTrainer):
     """`Seq2SeqTrainer` with the paper's optimizer, schedule, label-smoothed loss, token-based batches, BLEU
@@ -72,14 +102,10 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
     `compute_metrics` is not given and a tokenizer is (`processing_class`), BLEU on the decoded labels is computed by
     `evaluation.bleu.make_compute_metrics`.
 
-    What passes between its methods: the sums of (smoothed loss, NLL, target tokens), added up by `compute_loss` until
+    What passes between its methods: the sums of (smoothed loss, NLL, target tokens), added up by `LabelSmoothedLoss` until
     `log` reads them (training) and by `prediction_step` until `evaluation_loop` reads them (evaluation); and the
     schedule `create_scheduler` built, which `train` has built again for each call.
     """
-
-    # `compute_loss` already divides by the token count of the whole optimizer step: the Trainer must not
-    # divide again by the number of accumulation steps.
-    loss_is_scaled_for_ga = True
 
     def __init__(self, model=None, args: VanillaTrainingArguments | None = None, *positional, **kwargs):
         if args is None:
@@ -95,9 +121,6 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
                 f"`n_gpu`={self.args.n_gpu}: torch.nn.DataParallel is not supported (token batches cannot be split "
                 f"evenly). Launch one process per GPU instead: `accelerate launch train.py ...` or `torchrun`."
             )
-        # The Trainer counts the target tokens of each optimizer step (`num_items_in_batch`) only for models
-        # that take loss kwargs; `compute_loss` below passes the count to the model.
-        self.model_accepts_loss_kwargs = True
         if self.compute_metrics is None and self.args.predict_with_generate and self.processing_class is not None:
             self.compute_metrics = make_compute_metrics(self.processing_class)
         metric = (self.args.metric_for_best_model or "").removeprefix("eval_")
@@ -120,6 +143,8 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
         self._merge_tree = None  # (left, right) of subword splitting, read from the tokenizer when first needed
         # Sums of (smoothed loss, NLL, target tokens) since the last log, for training and for evaluation.
         self._loss_sums = {split: torch.zeros(3, device=self.args.device) for split in ("train", "eval")}
+        if self.compute_loss_func is None:  # the Trainer's `compute_loss` then scales it as its own losses
+            self.compute_loss_func = LabelSmoothedLoss(self.args.label_smoothing_factor, self._loss_sums["train"])
         self._noam_scheduler = None  # the paper's schedule, when `create_scheduler` built it
 
     def _use_fast_attention(self) -> None:
@@ -272,13 +297,27 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
     def get_batch_samples(self, epoch_iterator, num_batches: int, device: torch.device):
         """The Trainer's micro-batches of one update, augmented before the target tokens that normalise the loss are
         counted: with `subword_split` > 0 their sentences split into smaller subwords, and during the first
-        `bidirectional_steps` updates half of them reversed (augmentation.py; neither is in the paper)."""
+        `bidirectional_steps` updates half of them reversed (augmentation.py; neither is in the paper). Each gets the
+        decoder input shifted from its labels, on the device, when the collator did not make one (`LabelSmoothedLoss`
+        reads the labels, so the model does not see them)."""
         if self.args.subword_split:
             # Lazy: the Trainer's loop takes its `num_batches` from the iterator, each split as it is taken.
             epoch_iterator = (self._split_subwords(batch, i) for i, batch in enumerate(epoch_iterator))
         if self.state.global_step < self.args.bidirectional_steps:
             epoch_iterator = (self._maybe_reverse(batch, i) for i, batch in enumerate(epoch_iterator))
-        return super().get_batch_samples(epoch_iterator, num_batches, device)
+        batches, num_items_in_batch = super().get_batch_samples(epoch_iterator, num_batches, device)
+        shift = getattr(self.accelerator.unwrap_model(self.model), "prepare_decoder_input_ids_from_labels", None)
+        for batch in batches:
+            if shift is not None and "labels" in batch and "decoder_input_ids" not in batch:
+                batch["decoder_input_ids"] = shift(batch["labels"])
+            if self.args.torch_compile:
+                # Token batches vary in sentences and in length: compile for any size at once (else torch.compile
+                # compiles for the first shape, then again for each dimension seen to change).
+                for tensor in batch.values():
+                    if isinstance(tensor, torch.Tensor) and tensor.dim() == 2:
+                        torch._dynamo.maybe_mark_dynamic(tensor, 0)
+                        torch._dynamo.maybe_mark_dynamic(tensor, 1)
+        return batches, num_items_in_batch
 
     def _update_seed(self, micro_batch: int, *stream: int) -> int:
         """`augmentation.update_seed` of this update, micro-batch and process (`stream` 2: the reversal)."""
@@ -301,47 +340,10 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
             pad_to_multiple_of=self.args.pad_to_multiple_of,
         )
 
-    # ---- Loss (section 5.4) ----
-
-    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        """The training loss of one micro-batch: the model computes the label-smoothed cross-entropy (float32, fused:
-        `label_smoothed_cross_entropy`), so that it is part of the compiled graph under `torch_compile`, and divides it
-        by `num_items_in_batch`, the target tokens of the whole update; it builds the decoder input from the labels.
-        Evaluation computes its loss in `prediction_step`."""
-        if "labels" not in inputs:
-            raise ValueError(
-                f"The batch has no `labels` (keys: {sorted(inputs)}): the training data must hold the tokenized "
-                f"targets in a `labels` column."
-            )
-        if self.args.torch_compile:
-            # Token batches vary in sentences and in length: compile for any size at once (else torch.compile
-            # compiles for the first shape, then again for each dimension seen to change).
-            for tensor in inputs.values():
-                if isinstance(tensor, torch.Tensor) and tensor.dim() == 2:
-                    torch._dynamo.maybe_mark_dynamic(tensor, 0)
-                    torch._dynamo.maybe_mark_dynamic(tensor, 1)
-        outputs = model(
-            **inputs,
-            epsilon_ls=self.args.label_smoothing_factor,
-            num_items_in_batch=num_items_in_batch,
-            use_cache=False,
-        )
-        loss = outputs.loss
-        # The sums for the logs, from the normalized losses (no host sync: tensors are added up).
-        denominator = outputs.num_target_tokens.clamp(min=1) if num_items_in_batch is None else num_items_in_batch
-        sums = torch.stack(
-            [loss.detach() * denominator, outputs.nll_loss * denominator, outputs.num_target_tokens.to(loss.dtype)]
-        )
-        self._loss_sums["train"] += sums.to(self._loss_sums["train"])
-        if num_items_in_batch is not None and self.args.average_tokens_across_devices:
-            # `num_items_in_batch` is then the count over all processes, and DDP averages the gradients over the
-            # processes: multiply back by their number.
-            loss = loss * self.accelerator.num_processes
-        return (loss, outputs) if return_outputs else loss
-
     # ---- Gradient norm and schedule (section 5.3) ----
 
-    # Private: the Trainer has no public switch for the gradient norm it computes after every update.
+    # Private (no public switch for the norm the Trainer computes after every update): its signature is asserted by
+    # tests/test_trainer.py for the transformers versions up to TESTED_TRANSFORMERS.
     def _get_grad_norm(self, model, grad_norm=None):
         """The gradient norm, for the logs. Without clipping (`max_grad_norm=0`, the paper's) the Trainer computes it
         after every update, an extra pass over all gradients (`clip_grad_norm_(params, inf)`, which also multiplies
@@ -498,9 +500,12 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
         """The translations of the batch's source, one per sentence, from `encoder_outputs` when given. Not through
         `Seq2SeqTrainer.prediction_step`: it fills the model's generation config with the library defaults
         (max_length=20, ...), which every later checkpoint would then save, and pads the outputs to that length; the
-        evaluation loop pads the batches to a common width anyway (-100)."""
-        # `Seq2SeqTrainer.evaluate`/`predict` keep their generation arguments in `_gen_kwargs` (no public accessor).
-        kwargs = {k: v for k, v in {**getattr(self, "_gen_kwargs", {}), **gen_kwargs}.items() if v is not None}
+        evaluation loop pads the batches to a common width anyway (-100). The decoding is the model's generation config
+        (which `Seq2SeqTrainingArguments.generation_config` replaces), with `generation_max_length` and
+        `generation_num_beams` of the arguments when set; keyword arguments of `evaluate`/`predict` are not read (the
+        Trainer keeps them only in a private attribute)."""
+        args = {"max_length": self.args.generation_max_length, "num_beams": self.args.generation_num_beams}
+        kwargs = {k: v for k, v in {**args, **gen_kwargs}.items() if v is not None}
         source = {
             k: v for k, v in inputs.items() if k not in ("labels", "decoder_input_ids", "decoder_attention_mask")
         }
