@@ -26,7 +26,6 @@ ALIASES = {
     "--lenpen": "--length_penalty",
     "--nbest": "--n_best",
     "--do_sample": "--sample",
-    "--config": "--recipe",  # `train`: the recipe file, before it was told apart from --preset (the model size)
 }
 
 
