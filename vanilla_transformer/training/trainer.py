@@ -166,6 +166,7 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
 
     # ---- Resuming ----
 
+    # Overridden: the checkpoint is chosen and loaded inside `Trainer.train`, before any callback runs.
     def train(self, resume_from_checkpoint: str | bool | None = None, trial=None, **kwargs):
         """`Trainer.train`; `resume_from_checkpoint=True` takes the newest checkpoint of `output_dir`, and a
         checkpoint whose learning-rate schedule differs from these arguments is refused (the Trainer would restore
@@ -240,6 +241,7 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
 
     # ---- Token-based batches (section 5.1) ----
 
+    # Overridden: no argument of the Trainer takes a batch sampler (its samplers yield sentences, not batches).
     def get_train_dataloader(self) -> DataLoader:
         """Batches of about `max_tokens` tokens, sentences of similar length together (section 5.1); with
         `max_tokens=None`, the Trainer's batches of `per_device_train_batch_size` sentences."""
@@ -294,6 +296,7 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
 
     # ---- Per-update augmentation (not in the paper) ----
 
+    # Overridden: the one step that sees an update's micro-batches before their target tokens are counted.
     def get_batch_samples(self, epoch_iterator, num_batches: int, device: torch.device):
         """The Trainer's micro-batches of one update, augmented before the target tokens that normalise the loss are
         counted: with `subword_split` > 0 their sentences split into smaller subwords, and during the first
@@ -360,6 +363,7 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
         every = self.state.logging_steps or args.logging_steps
         return (args.logging_first_step and step == 1) or (every and step % every == 0) or step >= self.state.max_steps
 
+    # Overridden: `lr_scheduler_type` names only stock schedules; this one needs the optimizer the Trainer builds.
     def create_scheduler(self, num_training_steps: int, optimizer: torch.optim.Optimizer | None = None):
         """With `lr_schedule="noam"`, the paper's learning rate (section 5.3, eq. 3): `schedule.NoamLR`, peak
         `lr_factor * (d_model * warmup_steps)^-0.5` with `d_model` from the model config, and the cool-down asked for
@@ -416,6 +420,7 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
         self._loss_sums[split].zero_()
         return tuple(sums.tolist())
 
+    # Overridden: callbacks' `on_log` runs after the logs are copied into `state.log_history`.
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         """The Trainer's log; the periodic training log gains `nll_loss` and `ppl`, per target token since the last."""
         if "loss" in logs:  # the periodic training log (evaluation logs have `eval_loss`)
@@ -427,6 +432,7 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
 
     # ---- Evaluation: loss, NLL, perplexity, BLEU ----
 
+    # Overridden: `compute_metrics` gets predictions, not the per-token loss sums the split's loss needs.
     def evaluation_loop(
         self, dataloader, description, prediction_loss_only=None, ignore_keys=None, metric_key_prefix="eval"
     ):
@@ -454,6 +460,7 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
             output.metrics[f"{metric_key_prefix}_ppl"] = math.exp(min(nll_sum / tokens, 100.0))
         return output
 
+    # Overridden: the Trainer's evaluation sampler keeps the dataset's order (`group_by_length` changes training's).
     def get_eval_dataloader(self, eval_dataset=None):
         """The evaluation split sorted by source length, longest first, so that a batch holds sentences of similar
         length: beam search then pads little (scores are per sentence pair and do not depend on the order)."""
@@ -464,6 +471,7 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
             eval_dataset = dataset.select(np.argsort(-lengths, kind="stable"))
         return super().get_eval_dataloader(eval_dataset)
 
+    # Overridden: the Seq2SeqTrainer's encodes the source twice and fills the generation config with defaults.
     def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None, **gen_kwargs):
         """One evaluation batch, as the Trainer's (loss, predictions, labels). The loss is this trainer's (smoothed,
         section 5.4), computed sentence by sentence without KV cache and added to the evaluation's sums. The
