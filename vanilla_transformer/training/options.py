@@ -13,7 +13,6 @@ on the command line; HfArgumentParser also accepts it with hyphens. docs/trainin
 from __future__ import annotations
 
 import argparse
-import copy
 import dataclasses
 import difflib
 import json
@@ -560,7 +559,9 @@ IGNORED_UNLESS = {
 
 class HelpFormatter(argparse.HelpFormatter):
     """One spelling per option (`--max_tokens N`; `--max-tokens`, HfArgumentParser's hyphen form, still parses), no
-    `--no_plots` (`--plots false` says the same), and the default only where there is one."""
+    `--no_plots` (`--plots false` says the same), and the default only where there is one. (argparse's formatter has
+    no public hooks: these are the methods its own `ArgumentDefaultsHelpFormatter` and `MetavarTypeHelpFormatter`
+    override.)"""
 
     def add_argument(self, action):
         if not any(flag.startswith("--no_") for flag in action.option_strings):
@@ -649,30 +650,6 @@ def build_parser(show_all: bool = False) -> ArgumentParser:
     """The parser of `train`, its option groups in the order `--help` lists them: the model's, the data's and the
     tokenizer's (their dataclasses'), then HELP_GROUPS, then the Trainer's other options, listed with `show_all`
     (accepted either way)."""
-    parser = ArgumentParser(
-        prog="vanilla-transformer train",
-        usage="vanilla-transformer train [--recipe RECIPE] [--dataset DATA] [--output_dir DIR] [OPTIONS]",
-        description="Train the Transformer of 'Attention Is All You Need' with the paper's recipe (section 5) on the "
-        "Hugging Face Trainer. Options given on the command line win over the recipe's; without --recipe the recipe "
-        f"is {SMALL_CORPUS_RECIPE} ({LARGE_CORPUS_RECIPE} for a training split of {LARGE_CORPUS:,} pairs or more).",
-        epilog="Recipes shipped: " + ", ".join(shipped_presets()) + ". `--recipe RECIPE --help` shows the recipe's "
-        "values as the defaults (without --recipe, those of the small-corpus recipe). docs/training.md explains every "
-        "option group.",
-        allow_abbrev=False,
-        formatter_class=HelpFormatter,
-        add_help=False,  # `parse_args` prints the help once the recipe has set the defaults it shows
-    )
-    parser.dataclass_types = list(ARGUMENT_CLASSES)  # what parse_args_into_dataclasses builds; options added below
-    parser.add_argument("-h", "--help", action="store_true", help="Show this help message and exit.")
-    parser.add_argument(
-        "--recipe",
-        default=None,
-        metavar="RECIPE",
-        help="A shipped recipe by name (training/recipes/), or a JSON file of options. Not --preset: the model size.",
-    )
-    parser.add_argument(
-        "--help_all", "--help-all", action="store_true", help="Show the Trainer's other options too, and exit."
-    )
     fields = {}
     for cls in ARGUMENT_CLASSES:
         hints = typing.get_type_hints(cls)
@@ -685,30 +662,59 @@ def build_parser(show_all: bool = False) -> ArgumentParser:
     groups.update(HELP_GROUPS)
     grouped = {name for names in groups.values() for name in names}
     groups[TRAINER_GROUP] = [name for name in fields if name not in grouped]
-    for title, names in groups.items():
-        group = parser.add_argument_group(title)
-        for name in names:
-            _add_field(group, *fields[name], shown=show_all or title != TRAINER_GROUP)
+    # Each group of `--help` as a dataclass of its fields, which HfArgumentParser makes into one argument group of
+    # options (`_argument_group_name`); what the parser builds are the five dataclasses (`dataclass_types` below).
+    layout = [
+        dataclasses.make_dataclass(
+            f"HelpGroup{number}",
+            [_option_field(*fields[name], shown=show_all or title != TRAINER_GROUP) for name in names],
+            namespace={"_argument_group_name": title},
+            kw_only=True,
+        )
+        for number, (title, names) in enumerate(groups.items())
+    ]
+    parser = ArgumentParser(
+        layout,
+        prog="vanilla-transformer train",
+        usage="vanilla-transformer train [--recipe RECIPE] [--dataset DATA] [--output_dir DIR] [OPTIONS]",
+        description="Train the Transformer of 'Attention Is All You Need' with the paper's recipe (section 5) on the "
+        "Hugging Face Trainer. Options given on the command line win over the recipe's; without --recipe the recipe "
+        f"is {SMALL_CORPUS_RECIPE} ({LARGE_CORPUS_RECIPE} for a training split of {LARGE_CORPUS:,} pairs or more).",
+        epilog="Recipes shipped: " + ", ".join(shipped_presets()) + ". `--recipe RECIPE --help` shows the recipe's "
+        "values as the defaults (without --recipe, those of the small-corpus recipe). docs/training.md explains every "
+        "option group.",
+        allow_abbrev=False,
+        formatter_class=HelpFormatter,
+        add_help=False,  # `parse_args` prints the help once the recipe has set the defaults it shows
+    )
+    parser.dataclass_types = list(ARGUMENT_CLASSES)  # what parse_args_into_dataclasses builds
+    parser.add_argument("-h", "--help", action="store_true", help="Show this help message and exit.")
+    parser.add_argument(
+        "--recipe",
+        default=None,
+        metavar="RECIPE",
+        help="A shipped recipe by name (training/recipes/), or a JSON file of options. Not --preset: the model size.",
+    )
+    parser.add_argument(
+        "--help_all", "--help-all", action="store_true", help="Show the Trainer's other options too, and exit."
+    )
     # Without an accelerator, say so to the Trainer: only then does it set up gloo data parallelism across the
     # processes of `accelerate launch --multi_gpu` / `torchrun` (otherwise each CPU process trains alone).
     parser.set_defaults(use_cpu=torch.accelerator.current_accelerator() is None)
     return parser
 
 
-def _add_field(group, field: dataclasses.Field, hint, shown: bool) -> None:
-    """One dataclass field as an option of `group`, the way HfArgumentParser makes one (`_parse_dataclass_field`,
-    its only way to add a single field: its public constructor adds each dataclass whole, to one group per class).
-    On a copy of the field, with HELP_TEXTS' help, no help where not `shown`, and `none` accepted for an optional
-    number (`--max_tokens none`)."""
-    field = copy.copy(field)
+def _option_field(field: dataclasses.Field, hint, shown: bool) -> tuple:
+    """`(name, type, field)` of `make_dataclass` for one option: `field`'s default, with HELP_TEXTS' help, no help
+    where not `shown`, and `none` accepted for an optional number (`--max_tokens none`)."""
     metadata = dict(field.metadata, help=HELP_TEXTS.get(field.name, field.metadata.get("help")))
     if not shown:
         metadata["help"] = argparse.SUPPRESS
-    field.metadata = metadata
     kinds = typing.get_args(hint)
     number = next((kind for kind in kinds if kind in (int, float)), None)
-    field.type = _number_or_none(number) if number and len(kinds) == 2 and type(None) in kinds else hint
-    HfArgumentParser._parse_dataclass_field(group, field)
+    kind = _number_or_none(number) if number and len(kinds) == 2 and type(None) in kinds else hint
+    default = dataclasses.field(default=field.default, default_factory=field.default_factory, metadata=metadata)
+    return field.name, kind, default
 
 
 def _number_or_none(kind):
