@@ -560,8 +560,7 @@ IGNORED_UNLESS = {
 class HelpFormatter(argparse.HelpFormatter):
     """One spelling per option (`--max_tokens N`; `--max-tokens`, HfArgumentParser's hyphen form, still parses), no
     `--no_plots` (`--plots false` says the same), and the default only where there is one. (argparse's formatter has
-    no public hooks: these are the methods its own `ArgumentDefaultsHelpFormatter` and `MetavarTypeHelpFormatter`
-    override.)"""
+    no public hooks: its own subclasses, e.g. `ArgumentDefaultsHelpFormatter`, override its private methods too.)"""
 
     def add_argument(self, action):
         if not any(flag.startswith("--no_") for flag in action.option_strings):
