@@ -76,10 +76,16 @@ class LabelSmoothedLoss:
     target tokens and divided by `num_items_in_batch`, the target tokens of the whole update that the Trainer counts,
     so that the gradients do not depend on how the update is split across micro-batches or processes. The Trainer's
     `compute_loss` then scales it for data parallelism as it scales its own losses. Adds (smoothed loss, NLL, target
-    tokens) of each micro-batch to `sums` (no host sync), which `VanillaTransformerTrainer.log` reads."""
+    tokens) of each micro-batch to `sums` (no host sync), which `VanillaTransformerTrainer.log` reads. With
+    `compile_with` (a `torch.compile` backend and mode: `torch_compile`), the loss is compiled as well as the model,
+    for any batch shape, and the compiler fuses its formula."""
 
-    def __init__(self, epsilon: float, sums: torch.Tensor):
+    def __init__(self, epsilon: float, sums: torch.Tensor, compile_with: tuple[str, str | None] | None = None):
         self.epsilon, self.sums = epsilon, sums
+        self.function = label_smoothed_cross_entropy
+        if compile_with is not None:
+            backend, mode = compile_with
+            self.function = torch.compile(self.function, dynamic=True, backend=backend, mode=mode)
 
     def __call__(self, outputs, labels, num_items_in_batch=None) -> torch.Tensor:
         if labels is None:
@@ -87,7 +93,7 @@ class LabelSmoothedLoss:
                 "The batch has no `labels`: the training data must hold the tokenized targets in a `labels` column."
             )
         logits = outputs["logits"] if isinstance(outputs, dict) else outputs[0]
-        loss_sum, nll_sum, tokens = label_smoothed_cross_entropy(logits, labels, self.epsilon)
+        loss_sum, nll_sum, tokens = self.function(logits, labels, self.epsilon)
         self.sums += torch.stack([loss_sum.detach(), nll_sum, tokens.to(loss_sum.dtype)]).to(self.sums)
         denominator = tokens.clamp(min=1) if num_items_in_batch is None else num_items_in_batch
         if isinstance(denominator, torch.Tensor):
@@ -144,7 +150,12 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
         # Sums of (smoothed loss, NLL, target tokens) since the last log, for training and for evaluation.
         self._loss_sums = {split: torch.zeros(3, device=self.args.device) for split in ("train", "eval")}
         if self.compute_loss_func is None:  # the Trainer's `compute_loss` then scales it as its own losses
-            self.compute_loss_func = LabelSmoothedLoss(self.args.label_smoothing_factor, self._loss_sums["train"])
+            compiler = (self.args.torch_compile_backend or "inductor", self.args.torch_compile_mode)
+            self.compute_loss_func = LabelSmoothedLoss(
+                self.args.label_smoothing_factor,
+                self._loss_sums["train"],
+                compile_with=compiler if self.args.torch_compile else None,
+            )
         self._noam_scheduler = None  # the paper's schedule, when `create_scheduler` built it
 
     def _use_fast_attention(self) -> None:
