@@ -570,7 +570,7 @@ class HelpFormatter(argparse.HelpFormatter):
         if not action.option_strings:
             return super()._format_action_invocation(action)
         if action.nargs == 0:  # `-h, --help`; `--help_all` without its hyphen form
-            return ", ".join(dict.fromkeys(one_spelling(option) for option in action.option_strings))
+            return ", ".join(dict.fromkeys(_shown_name(option) for option in action.option_strings))
         return (
             f"{action.option_strings[0]} {self._format_args(action, self._get_default_metavar_for_optional(action))}"
         )
@@ -583,7 +583,7 @@ class HelpFormatter(argparse.HelpFormatter):
         return help_text
 
 
-def one_spelling(option: str) -> str:
+def _shown_name(option: str) -> str:
     """`--max-tokens` as `--max_tokens`: the name `--help` shows."""
     return "--" + option[2:].replace("-", "_") if option.startswith("--") else option
 
