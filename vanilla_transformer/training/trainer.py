@@ -54,9 +54,10 @@ from transformers.trainer_utils import seed_worker
 
 from ..data.batching import TokenBatchSampler
 from ..data.corpus import MODEL_INPUT_COLUMNS
+from ..evaluation.attention import use_attention
 from ..evaluation.bleu import make_compute_metrics
 from ..loss_vanilla_transformer import label_smoothed_cross_entropy
-from ..translation.precision import fast_attention_implementation, use_attention
+from ..translation.precision import fast_attention_implementation
 from .augmentation import maybe_reverse, merge_tree, split_batch, update_seed
 from .checkpoints import has_resume_state, is_complete_checkpoint, last_checkpoint, remove_incomplete_checkpoints
 from .options import VanillaTrainingArguments

@@ -7,21 +7,13 @@ bfloat16 is "native" where the hardware multiplies bfloat16 matrices itself:
   bench/machine_peak.py measures a machine). Without either, torch emulates bfloat16 by converting to float32, which
   is slower than float32 itself.
 Used by the trainer (`bf16="auto"`), by `vanilla-transformer translate --dtype auto` and by the benchmarks.
-
-The attention implementation of a loaded model is switched here too (`use_attention`, `eager_attention`): for the
-kernel that is fast in bfloat16 on a CPU, and for the attention weights (only the eager attention returns them).
 """
 
 from __future__ import annotations
 
-import contextlib
-import logging
 import platform
 
 import torch
-
-
-logger = logging.getLogger(__name__)
 
 
 def bf16_support(device: str | torch.device) -> tuple[bool, str]:
@@ -92,28 +84,4 @@ def fast_attention_implementation(device: str | torch.device, dtype: torch.dtype
     return None
 
 
-def use_attention(model, implementation: str) -> str | None:
-    """Switch `model` to the attention `implementation` ("eager", "sdpa", ...) in memory: its config as saved keeps
-    the implementation it was given. Returns the implementation it used before, or None when it used this one."""
-    previous = model.config._attn_implementation  # transformers keeps the resolved implementation only there
-    if previous == implementation:
-        return None
-    model.set_attn_implementation(implementation)
-    return previous
-
-
-@contextlib.contextmanager
-def eager_attention(model):
-    """`model` on the eager attention inside the `with` block, the one implementation that returns the attention
-    weights (`output_attentions=True`; SDPA computes none); its own implementation is restored after."""
-    previous = use_attention(model, "eager")
-    if previous is not None:
-        logger.info("The model uses %r attention, which returns no weights: 'eager' for this call.", previous)
-    try:
-        yield model
-    finally:
-        if previous is not None:
-            model.set_attn_implementation(previous)
-
-
-__all__ = ["bf16_support", "eager_attention", "fast_attention_implementation", "resolve_dtype", "use_attention"]
+__all__ = ["bf16_support", "fast_attention_implementation", "resolve_dtype"]
