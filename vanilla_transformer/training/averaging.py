@@ -118,7 +118,8 @@ def average_checkpoints(checkpoint_dirs: list[str], output_dir: str) -> str:
     same model) into `output_dir`, which then loads with `from_pretrained`. Returns `output_dir`.
 
     The non-weight files (config.json, generation_config.json, tokenizer files, remote code) are copied from
-    the last directory of the list (the newest, as `checkpoints.last_complete_checkpoints` orders them); training state is not.
+    the last directory of the list (the newest, as `checkpoints.last_complete_checkpoints` orders them); training
+    state is not.
     """
     if isinstance(checkpoint_dirs, (str, Path)) or not checkpoint_dirs:
         raise ValueError(

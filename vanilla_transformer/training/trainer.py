@@ -109,9 +109,9 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
     `compute_metrics` is not given and a tokenizer is (`processing_class`), BLEU on the decoded labels is computed by
     `evaluation.bleu.make_compute_metrics`.
 
-    What passes between its methods: the sums of (smoothed loss, NLL, target tokens), added up by `LabelSmoothedLoss` until
-    `log` reads them (training) and by `prediction_step` until `evaluation_loop` reads them (evaluation); and the
-    schedule `create_scheduler` built, which `train` has built again for each call.
+    What passes between its methods: the sums of (smoothed loss, NLL, target tokens), added up by `LabelSmoothedLoss`
+    until `log` reads them (training) and by `prediction_step` until `evaluation_loop` reads them (evaluation); and
+    the schedule `create_scheduler` built, which `train` has built again for each call.
     """
 
     def __init__(self, model=None, args: VanillaTrainingArguments | None = None, *positional, **kwargs):
