@@ -20,6 +20,8 @@ from .generation_vanilla_transformer import LENGTH_PENALTY_FORMS, check_decoding
 
 
 PROG = "vanilla-transformer"
+
+
 def one_spelling(argv: list[str]) -> list[str]:
     """`argv` with every long option written the one way: hyphens inside the name become underscores (`--batch-size`
     -> `--batch_size`, also in `--batch-size=8`), as transformers' `HfArgumentParser` accepts both. Arguments after
