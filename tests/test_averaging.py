@@ -11,7 +11,8 @@ from safetensors.torch import load_file
 
 from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 from vanilla_transformer.cli import main
-from vanilla_transformer.training.averaging import average_checkpoints, average_state_dicts, last_checkpoints
+from vanilla_transformer.training.averaging import average_checkpoints, average_state_dicts
+from vanilla_transformer.training.checkpoints import last_complete_checkpoints
 
 
 TINY = dict(TINY_SIZES, vocab_size=40, d_model=16, encoder_ffn_dim=32, decoder_ffn_dim=32, dropout=0.0)
@@ -45,37 +46,32 @@ def logits(model):
         return model(input_ids=ids, attention_mask=ids.ne(0), decoder_input_ids=decoder_input_ids).logits
 
 
-def test_last_checkpoints_sorted_by_step(tmp_path):
+def test_last_complete_checkpoints_sorted_by_step(tmp_path):
     for step in (900, 1000, 100, 20):
         complete(tmp_path / f"checkpoint-{step}")
     (tmp_path / "tmp-checkpoint-1100").mkdir()  # an unfinished save
     (tmp_path / "checkpoint-1200").write_text("not a directory")
     (tmp_path / "runs").mkdir()
-    assert last_checkpoints(str(tmp_path), 3) == [str(tmp_path / f"checkpoint-{s}") for s in (100, 900, 1000)]
-    assert last_checkpoints(str(tmp_path), 4)[0] == str(tmp_path / "checkpoint-20")
+    expected = [str(tmp_path / f"checkpoint-{s}") for s in (100, 900, 1000)]
+    assert last_complete_checkpoints(tmp_path, 3) == expected
+    assert last_complete_checkpoints(str(tmp_path), 4)[0] == str(tmp_path / "checkpoint-20")
+    assert last_complete_checkpoints(tmp_path, 9) == [str(tmp_path / f"checkpoint-{s}") for s in (20, 100, 900, 1000)]
+    assert last_complete_checkpoints(tmp_path, 3, after=100) == expected[1:]  # the learning-rate cool-down's
+    assert last_complete_checkpoints(tmp_path, 0) == [] and last_complete_checkpoints(tmp_path / "missing", 2) == []
 
 
-def test_checkpoints_whose_save_did_not_finish_are_never_averaged(tmp_path):
+def test_checkpoints_whose_save_did_not_finish_are_never_averaged(tmp_path, capsys):
     for step in (100, 200):
         complete(tmp_path / f"checkpoint-{step}")
     (tmp_path / "checkpoint-300").mkdir()  # a crash during its save: no trainer_state.json
     (tmp_path / "checkpoint-400").mkdir()
     (tmp_path / "checkpoint-400" / "trainer_state.json").write_text('{"global_st')  # truncated
-    assert last_checkpoints(str(tmp_path), 2) == [str(tmp_path / "checkpoint-100"), str(tmp_path / "checkpoint-200")]
-    with pytest.raises(ValueError, match="only 2 checkpoints"):
-        last_checkpoints(str(tmp_path), 3)
-
-
-def test_last_checkpoints_errors(tmp_path):
-    with pytest.raises(ValueError, match="no `checkpoint-<step>`"):
-        last_checkpoints(str(tmp_path), 1)
-    complete(tmp_path / "checkpoint-5")
-    with pytest.raises(ValueError, match="`k`=2 .* only 1"):
-        last_checkpoints(str(tmp_path), 2)
-    with pytest.raises(ValueError, match="`k`"):
-        last_checkpoints(str(tmp_path), 0)
-    with pytest.raises(ValueError, match="run_dir"):
-        last_checkpoints(str(tmp_path / "missing"), 1)
+    assert last_complete_checkpoints(tmp_path, 2) == [
+        str(tmp_path / "checkpoint-100"),
+        str(tmp_path / "checkpoint-200"),
+    ]
+    assert main(["average", str(tmp_path), "--last", "3", "--output", str(tmp_path / "avg")]) == 2
+    assert "only 2 checkpoints whose save finished" in capsys.readouterr().err
 
 
 def test_identical_checkpoints_give_the_same_model(tmp_path):

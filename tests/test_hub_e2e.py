@@ -34,7 +34,7 @@ from transformers import AutoModel, AutoModelForSeq2SeqLM, AutoTokenizer
 
 from vanilla_transformer import VanillaTransformerForConditionalGeneration, VanillaTransformerModel
 from vanilla_transformer.cli import main as cli_main
-from vanilla_transformer.hub.push import DEFAULT_COMMIT_MESSAGE, check_hub_access, files_to_push, push_run
+from vanilla_transformer.hub.push import DEFAULT_COMMIT_MESSAGE, ensure_repo, files_to_push, push_run
 
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -525,7 +525,7 @@ def test_no_token_fails_before_any_upload(run, hub, monkeypatch):
     with pytest.raises(ValueError, match="No Hugging Face token was found"):
         push_run(run["out"], repo)
     with pytest.raises(ValueError, match="No Hugging Face token was found"):
-        check_hub_access(repo, token=False)
+        ensure_repo(repo, token=False)
     assert not HfApi().repo_exists(repo, token=hub.token)
 
 
@@ -543,8 +543,12 @@ def test_foreign_namespace_fails_before_any_upload(run, hub):
     with pytest.raises(ValueError, match="in the namespace 'other', where the token's user 'tester'"):
         push_run(run["out"], repo)
     assert not HfApi().repo_exists(repo)
-    assert check_hub_access("test-org/model") == "test-org/model"  # an organisation of the user: fine
-    assert check_hub_access("model") == f"{hub.user}/model"  # a bare name: the user's namespace
+
+
+def test_a_repo_in_an_organisation_of_the_user_or_with_a_bare_name_is_created(hub):
+    in_org, bare = f"test-org/{unique('org')}", unique("bare")
+    assert ensure_repo(in_org) == in_org and HfApi().repo_exists(in_org)  # an organisation of the user: fine
+    assert ensure_repo(bare) == f"{hub.user}/{bare}"  # a bare name: the user's namespace
 
 
 def test_train_py_checks_the_token_before_training(hub, data_dir, tmp_path):
@@ -569,7 +573,7 @@ def test_train_py_checks_the_token_before_training(hub, data_dir, tmp_path):
 def test_offline_client_read_only_token_and_bad_repo_id(monkeypatch):
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
     with pytest.raises(ValueError, match="offline mode"):
-        check_hub_access("tester/model")
+        ensure_repo("tester/model")
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
     monkeypatch.setattr(
         HfApi,
@@ -577,9 +581,9 @@ def test_offline_client_read_only_token_and_bad_repo_id(monkeypatch):
         lambda self, token=None, **kw: {"name": "tester", "orgs": [], "auth": {"accessToken": {"role": "read"}}},
     )
     with pytest.raises(ValueError, match="is read-only"):
-        check_hub_access("tester/model")
+        ensure_repo("tester/model")
     with pytest.raises(ValueError, match=r"`repo_id`='a/b/c' is not a Hub model id"):
-        check_hub_access("a/b/c")
+        ensure_repo("a/b/c")
 
 
 def test_incomplete_directories_are_refused_before_any_network_call(run, tmp_path):

@@ -125,6 +125,9 @@ def test_cooldown_planned_during_the_run_changes_only_the_updates_to_come():
     scheduler = NoamLR(make_optimizer(), d_model, warmup)
     before = lrs_of_updates(scheduler, 6)
     scheduler.set_cooldown(6, 8)  # as callbacks.CooldownPlanner does after update 6
+    # The Trainer logs `get_last_lr()`: the rate the next update runs with, the planned one from now on.
+    assert scheduler.get_last_lr() == [scheduler.optimizer.param_groups[0]["lr"]]
+    assert scheduler.get_last_lr() == pytest.approx([paper(6, d_model, warmup) * 2 / 3], rel=1e-12)
     after = lrs_of_updates(scheduler, 2)
     assert before == pytest.approx([paper(s, d_model, warmup) for s in range(1, 7)], rel=1e-12)
     assert after == pytest.approx([paper(6, d_model, warmup) * k / 3 for k in (2, 1)], rel=1e-12)

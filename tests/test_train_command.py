@@ -174,18 +174,20 @@ def test_presets_are_shipped_and_selected_by_name_or_path(tmp_path):
     )
     by_name = parse_args(["--recipe", "multi30k_en_de_cpu", "--output_dir", str(tmp_path)])
     by_path = parse_args(["--recipe", str(PRESETS_DIR / "multi30k_en_de_cpu.json"), "--output_dir", str(tmp_path)])
-    old_path = parse_args(["--recipe", "configs/multi30k_en_de_cpu.json", "--output_dir", str(tmp_path)])
-    assert by_name[-1].to_dict() == by_path[-1].to_dict() == old_path[-1].to_dict()
+    assert by_name[-1].to_dict() == by_path[-1].to_dict()
     assert by_name[-1].label_smoothing_factor == 0.2 and by_name[3].num_beams == 6
+    for other in ("configs/multi30k_en_de_cpu.json", "recipes/multi30k_en_de_cpu.json", "multi30k_en_de_cpu.json"):
+        with pytest.raises(ValueError, match=f"--recipe '{other}' does not exist: it is neither a shipped recipe"):
+            parse_args(["--recipe", other, "--output_dir", str(tmp_path)])
 
 
 def _parsed(argv: list[str]) -> list[dict]:
     return [vars(options) if not hasattr(options, "to_dict") else options.to_dict() for options in parse_args(argv)]
 
 
-def test_hyphens_underscores_and_the_old_config_parse_alike(tmp_path):
-    """One spelling, underscores, as every command: the hyphen spelling (HfArgumentParser's own alias, and the
-    command line's rewriting for the options it adds) and `--config`, the recipe's old name, give the same run."""
+def test_hyphens_and_underscores_parse_alike_and_an_old_name_is_refused(tmp_path):
+    """One name per option, with underscores as every command; the hyphen spelling of the same name (HfArgumentParser's
+    own) gives the same run. `--config`, the recipe's name in earlier versions, is an unknown option."""
     options = ["multi30k_en_de_cpu", "--max_tokens", "1000", "--lr_factor", "2", "--output_dir", str(tmp_path)]
     options += ["--num_beams", "3", "--max_train_minutes", "5", "--keep_checkpoints", "last", "--plots", "false"]
     underscores = _parsed(["--recipe", *options])
@@ -193,13 +195,15 @@ def test_hyphens_underscores_and_the_old_config_parse_alike(tmp_path):
     hyphens = [arg.replace("_", "-") if arg.startswith("--") else arg for arg in options]
     for argv in (
         ["--recipe", *hyphens],
-        ["--config", *options],
-        ["--config", *hyphens],
         ["--recipe=" + options[0], *options[1:]],
     ):
         assert _parsed(argv) == underscores, argv
     with pytest.raises(SystemExit):  # --help-all is --help_all
         parse_args(["--help-all"])
+    with pytest.raises(ValueError, match="^unrecognized argument '--config'"):
+        parse_args(["--config", *options])
+    with pytest.raises(ValueError, match="^unrecognized argument '--max-token'; did you mean '--max_tokens'"):
+        parse_args(["--recipe", "multi30k_en_de_cpu", "--max-token", "1000"])
 
 
 def test_help_lists_the_one_spelling_only(capsys):
@@ -303,7 +307,7 @@ def test_the_readmes_own_data_command_runs_as_written(tmp_path, monkeypatch):
     assert results["dataset"]["splits"] == {"train": "train", "validation": "dev", "test": "test"}
     assert results["bleu"]["test"]["sentences"] == 10 and results["dataset"]["train_pairs"] == 300
     assert (tmp_path / argv[argv.index("--output_dir") + 1] / "model.safetensors").is_file()
-    # No --config: the small-corpus recipe, its warm-up fitted to the two updates asked for.
+    # No --recipe: the small-corpus recipe, its warm-up fitted to the two updates asked for.
     recipe = results["training"]["recipe"]
     assert (
         recipe["config"] == "own_data_small" and recipe["default"] and recipe["warmup_fitted"]["warmup_steps"][1] == 1
@@ -313,7 +317,7 @@ def test_the_readmes_own_data_command_runs_as_written(tmp_path, monkeypatch):
 
 
 def test_without_config_the_recipe_is_the_multi30k_presets_less_their_data():
-    """The recipe of a run without --config is the evidence of bench/multi30k_search.md: the Multi30k presets' options
+    """The recipe of a run without --recipe is the evidence of bench/multi30k_search.md: the Multi30k presets' options
     less what names their data (languages, splits, files, output, the length filter); for a corpus of a million pairs
     or more, the same with the paper's regularisation."""
     small, large, multi30k = (
@@ -375,7 +379,7 @@ def test_the_default_recipe_fits_its_warm_up_to_the_runs_budget(tmp_path, bf16, 
     model_args, _, training_args = parse(train_pairs=2_000_000)
     assert training_args.recipe == {"config": "own_data_large", "default": True}
     assert (training_args.label_smoothing_factor, model_args.dropout, training_args.subword_split) == (0.1, 0.1, 0.0)
-    # A preset's own warm-up is fitted the same way, for a preset named with --config.
+    # A preset's own warm-up is fitted the same way, for a preset named with --recipe.
     training_args = parse("--recipe", "multi30k_en_de_cpu", "--max_train_minutes", "30")[-1]
     assert training_args.recipe == {"config": "multi30k_en_de_cpu", "default": False}
     assert training_args.warmup_steps == warmup // 2

@@ -57,7 +57,7 @@ def _args(data_dir, out, *extra):
         "3",
         "--dataloader_num_workers",
         "0",
-        # Float32 on any CPU (the recipe without --config has bf16 "auto"): these runs compare numbers.
+        # Float32 on any CPU (the recipe without --recipe has bf16 "auto"): these runs compare numbers.
         "--bf16",
         "false",
         *extra,
@@ -114,7 +114,7 @@ def test_short_training_run_lowers_validation_loss_and_writes_a_loadable_model(d
     assert results["bleu"]["test"]["sentences"] == 20 and "tok:13a" in results["bleu"]["test"]["signature"]
     lower = results["bleu"]["test"]["lowercase"]
     assert "case:lc" in lower["signature"] and lower["score"] >= results["bleu"]["test"]["score"] - 1e-9
-    # What the step ran in, and why (float32 here: --bf16 false), with the recipe's options for that case (no --config:
+    # What the step ran in, and why (float32 here: --bf16 false), with the recipe's options for that case (no --recipe:
     # the small-corpus recipe).
     assert results["training"]["precision"] == {
         "mixed_precision": "no",
@@ -286,6 +286,23 @@ def test_cpu_float32_options_apply_when_the_run_trains_in_float32_on_a_cpu(tmp_p
     assert parse("--use_cpu", "false") == file_options
 
 
+def test_a_torch_built_for_cuda_without_a_gpu_trains_as_a_cpu_run(tmp_path, monkeypatch):
+    """PyPI's torch for Linux is built for CUDA and names CUDA as its accelerator also where no GPU is found
+    (`current_accelerator()` without `check_available`): the run is then a CPU run, with a CPU's defaults (`use_cpu`,
+    the recipe's `cpu_float32` options), as with torch's CPU build."""
+    monkeypatch.setattr(
+        torch.accelerator,
+        "current_accelerator",
+        lambda check_available=False: None if check_available else torch.device("cuda"),
+    )
+    config = tmp_path / "preset.json"
+    config.write_text(json.dumps({"subword_split": 0.1, "cpu_float32": CPU_FLOAT32_OPTIONS}))
+    argv = ["--recipe", str(config), "--output_dir", str(tmp_path / "run"), "--report_to", "none", "--bf16", "false"]
+    _, _, _, _, training_args = train.parse_args(argv)
+    assert training_args.use_cpu and training_args.preset_cpu_float32 == CPU_FLOAT32_OPTIONS
+    assert training_args.subword_split == 0.0
+
+
 @pytest.mark.parametrize(
     "command_line", [[], ["--label_smoothing_factor", "0.3"]], ids=["preset", "command_line_wins"]
 )
@@ -444,7 +461,7 @@ def test_a_finished_run_keeps_the_newest_checkpoint_whole_and_the_averaged_ones_
 
     out = tmp_path / "run"
     short = ["--plots", "false", "--max_train_samples", "300", "--generation_max_length", "5", "--save_steps", "1"]
-    # No cool-down: the recipe without --config has one (0.2), whose window in 6 updates would hold only checkpoint-6.
+    # No cool-down: the recipe without --recipe has one (0.2), whose window in 6 updates would hold only checkpoint-6.
     short += ["--logging_steps", "1", "--average_last", "2", "--lr_cooldown", "0"]
     train.train(_args(data_dir, out, "--max_steps", "6", *short))
     assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-5", "checkpoint-6"]

@@ -1,6 +1,7 @@
 """The paper's training recipe on the Trainer: optimizer, schedule, label-smoothed loss, token batches, BLEU
 evaluation, crash-safe checkpoints and exact resumption. Tiny models and 200 Multi30k pairs keep it fast."""
 
+import inspect
 import itertools
 import json
 import math
@@ -16,8 +17,9 @@ import datasets
 import pytest
 import torch
 import torch.nn.functional as F
+import transformers
 from helpers import TINY_SIZES, read_multi30k, subprocess_env
-from transformers import DataCollatorForSeq2Seq, ProgressCallback, TrainerCallback
+from transformers import DataCollatorForSeq2Seq, ProgressCallback, Trainer, TrainerCallback
 
 from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 from vanilla_transformer.data.batching import TokenBatchSampler
@@ -29,7 +31,7 @@ from vanilla_transformer.training.callbacks import CooldownPlanner, TimeLimit, T
 from vanilla_transformer.training.checkpoints import last_checkpoint
 from vanilla_transformer.training.options import VanillaTrainingArguments
 from vanilla_transformer.training.schedule import noam_learning_rate
-from vanilla_transformer.training.trainer import VanillaTransformerTrainer
+from vanilla_transformer.training.trainer import TESTED_TRANSFORMERS, LabelSmoothedLoss, VanillaTransformerTrainer
 
 
 read = read_multi30k  # read(name, n): the first n lines of a Multi30k file
@@ -206,6 +208,34 @@ def test_label_smoothed_loss_equals_a_hand_computation():
     assert label_smoothed_cross_entropy(logits, labels, 0.0)[0].item() == pytest.approx(hand_nll, rel=1e-12)
 
 
+def _smoothed_loss_of_a_batch(compile_with=None):
+    torch.manual_seed(0)
+    logits = torch.randn(3, 5, 11, requires_grad=True)
+    labels = torch.tensor([[1, 2, 3, -100, -100], [4, 5, 6, 7, 8], [9, 10, -100, -100, -100]])
+    sums = torch.zeros(3)
+    loss = LabelSmoothedLoss(0.1, sums, compile_with)({"logits": logits}, labels, num_items_in_batch=torch.tensor(20))
+    (grad,) = torch.autograd.grad(loss, logits)
+    return loss.detach(), sums, grad, logits.detach(), labels
+
+
+def test_the_trainers_loss_is_the_smoothed_sum_over_the_updates_tokens():
+    loss, sums, _, logits, labels = _smoothed_loss_of_a_batch()
+    smoothed = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), label_smoothing=0.1, reduction="sum")
+    nll = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), reduction="sum")
+    torch.testing.assert_close(loss, smoothed / 20)  # 20: the target tokens of the whole update, not these 10
+    torch.testing.assert_close(sums, torch.stack([smoothed, nll, torch.tensor(10.0)]))
+    with pytest.raises(ValueError, match="The batch has no `labels`"):
+        LabelSmoothedLoss(0.1, torch.zeros(3))({"logits": logits}, None)
+
+
+@pytest.mark.slow
+def test_the_compiled_loss_equals_the_eager_one():
+    """With `torch_compile` the loss is compiled too (inductor, about a minute on 2 CPU cores): the same loss, sums
+    and gradient."""
+    for eager, compiled in zip(_smoothed_loss_of_a_batch(), _smoothed_loss_of_a_batch(("inductor", None))):
+        torch.testing.assert_close(compiled, eager, rtol=1e-5, atol=1e-6)
+
+
 def test_gradient_accumulation_does_not_change_loss_or_gradients(tmp_path, tokenizer, corpus):
     """One update on 8 sentences, as 1 batch of 8 or 4 micro-batches of 2 (of different lengths: a per-micro-batch
     mean would weight their tokens differently)."""
@@ -317,6 +347,21 @@ def test_gradient_norm_is_computed_only_for_logged_updates(tmp_path, tokenizer, 
     logs = train_logs(trainer)
     assert sorted(logs) == [3, 6] and all(logs[step]["grad_norm"] > 0 for step in logs)
     assert len(calls) == 2  # not one extra pass over the gradients per update
+
+
+def test_the_private_trainer_method_overridden_has_the_signature_it_had_when_checked():
+    """`_get_grad_norm` is private to transformers: its signature and the release it was checked against are pinned
+    (trainer.TESTED_TRANSFORMERS); a newer transformers fails here until the override is checked again."""
+    installed = tuple(int(part) for part in transformers.__version__.split(".")[:2])
+    assert installed <= TESTED_TRANSFORMERS, f"transformers {transformers.__version__}: check `_get_grad_norm` again"
+    parameters = list(inspect.signature(Trainer._get_grad_norm).parameters.values())
+    assert [(p.name, p.default) for p in parameters] == [
+        ("self", inspect.Parameter.empty),
+        ("model", inspect.Parameter.empty),
+        ("grad_norm", None),
+    ]
+    # ... and the training loop still asks it for the norm of every update (None: not clipped, compute it).
+    assert "self._get_grad_norm(model, grad_norm=grad_norm)" in inspect.getsource(transformers.trainer)
 
 
 # ---- Token batches and data parallelism ----

@@ -23,26 +23,19 @@ from .generation_vanilla_transformer import LENGTH_PENALTY_FORMS, check_decoding
 
 
 PROG = "vanilla-transformer"
-# Older names of options, by the option each now is: accepted by the commands that have that option, never shown.
-ALIASES = {
-    "--config": "--recipe",  # `train`: the recipe file, before it was told apart from --preset (the model size)
-}
 
 
-def one_spelling(argv: list[str], options) -> list[str]:
+def one_spelling(argv: list[str]) -> list[str]:
     """`argv` with every long option written the one way: hyphens inside the name become underscores (`--batch-size`
-    -> `--batch_size`, also in `--batch-size=8`), and a name of `ALIASES` becomes its option where that option is one
-    of `options` (the parser's option strings). Arguments after `--` are left as they are."""
+    -> `--batch_size`, also in `--batch-size=8`), as transformers' `HfArgumentParser` accepts both. Arguments after
+    `--` are left as they are."""
     spelled = []
     for position, arg in enumerate(argv):
         if arg == "--":
             return spelled + list(argv[position:])
         if arg.startswith("--") and len(arg) > 2:
             name, equals, value = arg.partition("=")
-            name = "--" + name[2:].replace("-", "_")
-            if ALIASES.get(name) in options:
-                name = ALIASES[name]
-            arg = name + equals + value
+            arg = "--" + name[2:].replace("-", "_") + equals + value
         spelled.append(arg)
     return spelled
 
@@ -52,13 +45,9 @@ class ArgumentParser(argparse.ArgumentParser):
     (`vanilla-transformer CMD: error: ...`, exit status 2) instead of the usage block: the message names the option,
     and `--help` lists them all. The subcommands' parsers are of this class too (argparse makes them so)."""
 
-    def one_spelling(self, argv: list[str]) -> list[str]:
-        """`argv` spelled the one way, with the aliases of this parser's options (`one_spelling`)."""
-        return one_spelling(argv, self._option_string_actions)
-
     def parse_known_args(self, args=None, namespace=None):
         args = sys.argv[1:] if args is None else args
-        return super().parse_known_args(self.one_spelling(args), namespace)
+        return super().parse_known_args(one_spelling(args), namespace)
 
     def error(self, message):
         self.exit(2, f"{self.prog}: error: {message}\n")

@@ -9,6 +9,7 @@ import html
 import logging
 import os
 
+from ..evaluation.attention import use_attention
 from .computation import DECODINGS, Decoding, alignment_layer, check_same_vocabulary, run_translation
 from .views import DEMO_CSS, alignment_html, attention_html, steps_html
 
@@ -111,8 +112,7 @@ def build_demo(model, tokenizer, *, model_name: str = "model", compare: tuple | 
         check_same_vocabulary(tokenizer, tokenizer_b, model_name, name_b)
         sides.append((model_b, tokenizer_b, name_b))
     for side, _, _ in sides:
-        if side.config._attn_implementation != "eager":
-            side.set_attn_implementation("eager")
+        use_attention(side, "eager")
         side.eval()
     config = model.generation_config
     names = [name for _, _, name in sides]

@@ -11,7 +11,8 @@ The weights are the model's own: one forward pass with `output_attentions=True, 
 [batch, heads, queries, keys] per layer). Nothing else of the model is used, so a model loaded from a checkpoint's
 own code (`trust_remote_code=True`, class from `transformers_modules`) works like one of this package; and this
 module imports nothing from the package (torch always, matplotlib only to draw), so it can even be loaded by
-path beside such a checkpoint.
+path beside such a checkpoint. For the same reason the one switch of a model's attention implementation is here
+(`use_attention`, and `eager_attention` for a block that needs the weights): the trainer and the demo import it.
 
 The target is either generated (by default with the model's generation config, section 6.1) or given; it is then fed to the decoder as in
 training (teacher forcing): decoder position i reads `<s>` (i = 0) or target token i - 1 and predicts target
@@ -34,6 +35,7 @@ name. Each drawn heatmap / line set carries a gid ("cross/layer=4/head=2", ".../
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import textwrap
@@ -117,8 +119,8 @@ def attention_weights(
     Args:
         model: an encoder-decoder (`AutoModelForSeq2SeqLM`), this package's or loaded with `trust_remote_code`.
             With another attention implementation than "eager" (e.g. the default "sdpa", which computes no weights)
-            the model is switched to "eager" with `model.set_attn_implementation("eager")` for the forward pass
-            and switched back afterwards (also on error); a dropout-free forward needs eval mode, so a model in
+            the model is switched to "eager" for the forward pass and switched back afterwards, also on error
+            (`eager_attention`); a dropout-free forward needs eval mode, so a model in
             training mode is put in eval mode for the call and back in training mode after.
         tokenizer: the model's tokenizer (appends </s> to the source, as in training).
         source: one sentence.
@@ -209,16 +211,33 @@ def attention_weights(
     )
 
 
+def use_attention(model, implementation: str) -> str | None:
+    """Switch `model` to the attention `implementation` ("eager", "sdpa", ...) in memory: its config as saved keeps
+    the implementation it was given. Returns the implementation it used before, or None when it used this one."""
+    previous = model.config._attn_implementation  # transformers keeps the resolved implementation only there
+    if previous == implementation:
+        return None
+    model.set_attn_implementation(implementation)
+    return previous
+
+
+@contextlib.contextmanager
+def eager_attention(model):
+    """`model` on the eager attention inside the `with` block, the one implementation that returns the attention
+    weights (`output_attentions=True`; SDPA computes none); its own implementation is restored after."""
+    previous = use_attention(model, "eager")
+    if previous is not None:
+        logger.info("The model uses %r attention, which returns no weights: 'eager' for this call.", previous)
+    try:
+        yield model
+    finally:
+        if previous is not None:
+            model.set_attn_implementation(previous)
+
+
 def _forward_with_weights(model, input_ids, decoder_input_ids):
     """One teacher-forced forward pass with `output_attentions=True` on the eager attention path."""
-    previous = model.config._attn_implementation
-    switch = previous != "eager"
-    if switch:
-        logger.info(
-            "The model uses %r attention, which returns no weights: switched to 'eager' for this call.", previous
-        )
-        model.set_attn_implementation("eager")
-    try:
+    with eager_attention(model):
         return model(
             input_ids=input_ids,
             attention_mask=torch.ones_like(input_ids),
@@ -227,9 +246,6 @@ def _forward_with_weights(model, input_ids, decoder_input_ids):
             return_dict=True,
             use_cache=False,
         )
-    finally:
-        if switch:
-            model.set_attn_implementation(previous)
 
 
 # ------------------------------------------------------------------------------------------------ drawing
@@ -437,6 +453,7 @@ __all__ = [
     "attention_figure",
     "attention_weights",
     "draw_attention",
+    "eager_attention",
     "head_indices",
     "layer_indices",
     "require_matplotlib",
@@ -444,4 +461,5 @@ __all__ = [
     "select_heads",
     "select_layers",
     "token_labels",
+    "use_attention",
 ]

@@ -1,9 +1,9 @@
 """Publishing a trained model on the Hugging Face Hub.
 
-`check_hub_access(repo_id, token)` runs before anything is trained or uploaded (train.py calls it when
-`--push_to_hub` is set): it fails with a `ValueError` that says what to do when there is no token, when the token
-is invalid or read-only, or when it cannot write to the repo's namespace, instead of failing hours later at the
-first push.
+`ensure_repo(repo_id, ...)` runs before anything is trained (`train` calls it when `--push_to_hub` is set), and
+`push_run` before anything is uploaded: both first check the token and the namespace, and fail with a `ValueError`
+that says what to do when there is no token, when the token is invalid or read-only, or when it cannot write to the
+repo's namespace, instead of failing hours later at the first push.
 
 `push_run(output_dir, repo_id)` uploads a training run's output directory (or any `save_pretrained` directory that
 also holds the tokenizer) in ONE commit, with `HfApi.upload_folder`. What goes up is decided here, file by file
@@ -161,7 +161,11 @@ def _whoami(api: HfApi, token: str, given) -> dict:
 
 
 def _access(repo_id: str, token, api: HfApi) -> tuple[str, str]:
-    """(full repo id, token) after the checks of `check_hub_access`."""
+    """(full repo id, token), once the token can write to `repo_id`'s namespace. The token is `token`, else HF_TOKEN,
+    else the saved login (`hf auth login`). Raises ValueError, with what to do, when there is no token, when the Hub
+    rejects it (401 from `whoami`), when it is read-only, when the client is offline, or when the namespace is neither
+    the token's user nor one of their organizations. A bare `repo_id` ("name") is taken in the user's namespace, as
+    `create_repo` does. Creates nothing."""
     namespace, name = _split_repo_id(repo_id)
     resolved = resolve_token(token)
     info = _whoami(api, resolved, token)
@@ -182,18 +186,6 @@ def _access(repo_id: str, token, api: HfApi) -> tuple[str, str]:
             f"of an account that owns {namespace!r}."
         )
     return f"{namespace}/{name}", resolved
-
-
-def check_hub_access(repo_id: str, token: str | None = None) -> str:
-    """Check, before any training or upload, that `repo_id` can be written to; return the full repo id.
-
-    The token is `token`, else HF_TOKEN, else the saved login (`hf auth login`). Raises ValueError, with what to do,
-    when there is no token, when the Hub rejects it (401 from `whoami`), when it is read-only, when the client is
-    offline, or when the repo's namespace is neither the token's user nor one of their organizations. A bare
-    `repo_id` ("name") is taken in the user's namespace, as `create_repo` does. Creates nothing.
-    """
-    full_id, _ = _access(repo_id, token, HfApi())
-    return full_id
 
 
 def ensure_repo(repo_id: str, *, private: bool = False, revision: str | None = None, token: str | None = None) -> str:
@@ -429,7 +421,6 @@ __all__ = [
     "DEFAULT_COMMIT_MESSAGE",
     "NEVER_PUBLISHED",
     "TRAINING_STATE_FILES",
-    "check_hub_access",
     "ensure_repo",
     "files_to_push",
     "push_run",

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..command_line import positive_int
-from .checkpoints import TRAINING_STATE_FILES, complete_checkpoints  # training state: never copied into the average
+from .checkpoints import TRAINING_STATE_FILES, complete_checkpoints, last_complete_checkpoints
 
 
 # torch and safetensors are imported inside the functions that use them: the command line imports this module to
@@ -42,29 +42,6 @@ logger = logging.getLogger(__name__)
 WEIGHTS_NAME = "model.safetensors"
 WEIGHTS_INDEX_NAME = "model.safetensors.index.json"
 WEIGHT_FILES = re.compile(r"^(model.*\.safetensors(\.index\.json)?|pytorch_model.*\.bin(\.index\.json)?)$")
-
-
-def last_checkpoints(run_dir: str, k: int) -> list[str]:
-    """The `k` newest complete `checkpoint-<step>` directories of a Trainer `run_dir`, oldest first (sorted by step);
-    a checkpoint whose save did not finish (see `is_complete_checkpoint`) is never averaged."""
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise ValueError(f"`k` must be a positive integer (the number of checkpoints to average), got {k!r}.")
-    run = Path(run_dir)
-    if not run.is_dir():
-        raise ValueError(f"`run_dir` {str(run_dir)!r} is not a directory: pass the Trainer's `output_dir`.")
-    checkpoints = complete_checkpoints(run)
-    if not checkpoints:
-        raise ValueError(
-            f"`run_dir` {str(run_dir)!r} holds no `checkpoint-<step>` directory whose save finished: train with "
-            f"`save_steps` / `save_strategy` so that the Trainer writes checkpoints there, or pass the run's `output_dir`."
-        )
-    if k > len(checkpoints):
-        raise ValueError(
-            f"`k`={k} but `run_dir` {str(run_dir)!r} holds only {len(checkpoints)} checkpoints whose save finished "
-            f"({', '.join(Path(path).name for path in checkpoints)}): lower `k`, or train with a higher "
-            f"`save_total_limit` (and `keep_checkpoints` all)."
-        )
-    return checkpoints[-k:]
 
 
 def _weight_files(checkpoint: Path) -> list[Path]:
@@ -141,12 +118,13 @@ def average_checkpoints(checkpoint_dirs: list[str], output_dir: str) -> str:
     same model) into `output_dir`, which then loads with `from_pretrained`. Returns `output_dir`.
 
     The non-weight files (config.json, generation_config.json, tokenizer files, remote code) are copied from
-    the last directory of the list (the newest, as `last_checkpoints` orders them); training state is not.
+    the last directory of the list (the newest, as `checkpoints.last_complete_checkpoints` orders them); training
+    state is not.
     """
     if isinstance(checkpoint_dirs, (str, Path)) or not checkpoint_dirs:
         raise ValueError(
             f"`checkpoint_dirs` must be a non-empty list of checkpoint directories, got {checkpoint_dirs!r}: "
-            f"e.g. `last_checkpoints(run_dir, 5)`."
+            f"e.g. `last_complete_checkpoints(run_dir, 5)` (training.checkpoints)."
         )
     from safetensors.torch import save_file
 
@@ -223,7 +201,7 @@ def cmd_average(args) -> int:
 
 
 def _last_checkpoints_of(run_dir: str, last: int) -> list[str]:
-    """`last_checkpoints`, with the command line's messages (RUN_DIR, --last)."""
+    """`last_complete_checkpoints`, once RUN_DIR and --last are checked (errors naming them)."""
     if not Path(run_dir).is_dir():
         raise ValueError(f"RUN_DIR {run_dir!r}: no such directory. Pass the output directory of a training run.")
     checkpoints = complete_checkpoints(run_dir)
@@ -239,4 +217,4 @@ def _last_checkpoints_of(run_dir: str, last: int) -> list[str]:
             f"--last {last} but RUN_DIR {run_dir!r} holds only {len(checkpoints)} checkpoints whose save finished "
             f"({', '.join(Path(path).name for path in checkpoints)}): pass --last {len(checkpoints)} or fewer."
         )
-    return checkpoints[-last:]
+    return last_complete_checkpoints(run_dir, last)

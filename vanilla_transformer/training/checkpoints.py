@@ -56,6 +56,12 @@ def complete_checkpoints(run_dir: str | Path, after: int | None = None) -> list[
     return [str(path) for _, path in steps if path.is_dir() and is_complete_checkpoint(path)]
 
 
+def last_complete_checkpoints(run_dir: str | Path, k: int, after: int | None = None) -> list[str]:
+    """The `k` newest complete checkpoints of `run_dir` (fewer if it has fewer), oldest first; with `after`, among
+    those written after update `after`. What checkpoint averaging takes (section 6.1: "the last 5 checkpoints")."""
+    return complete_checkpoints(run_dir, after=after)[-k:] if k > 0 else []
+
+
 def last_checkpoint(run_dir: str | Path) -> str | None:
     """The newest complete checkpoint of `run_dir` (what `resume_from_checkpoint=True` takes), or None."""
     checkpoints = complete_checkpoints(run_dir)

@@ -264,7 +264,7 @@ def build_trainer(model, tokenizer, tokenized, training_args, run_args: RunArgum
         train_dataset=tokenized["train"],
         eval_dataset=tokenized["validation"],
         processing_class=tokenizer,
-        # Without `model=`: the model builds the decoder input from the labels itself, on the device.
+        # Without `model=`: the trainer shifts the labels into the decoder input itself, on the device.
         data_collator=DataCollatorForSeq2Seq(
             tokenizer, label_pad_token_id=-100, pad_to_multiple_of=training_args.pad_to_multiple_of
         ),

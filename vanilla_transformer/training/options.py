@@ -6,14 +6,13 @@ Five dataclasses, parsed by transformers' `HfArgumentParser` (as `run_translatio
 `Seq2SeqTrainingArguments` re-defaulted to the paper's recipe (section 5) with the few fields it lacks. Each validates
 itself in `__post_init__`; `parse_args` adds what needs more than one of them, and the recipe (`--recipe NAME` or a
 JSON file; `--preset` is the model size). `--help` lists the recipe's options in groups; `--help_all` adds the
-Trainer's ~110 others, still accepted. Options are spelled as everywhere on the command line (command_line.py):
-underscores, hyphens accepted. docs/training.md explains every option group.
+Trainer's ~110 others, still accepted. Each option has one name, its field's, written with underscores as everywhere
+on the command line; HfArgumentParser also accepts it with hyphens. docs/training.md explains every option group.
 """
 
 from __future__ import annotations
 
 import argparse
-import copy
 import dataclasses
 import difflib
 import json
@@ -28,7 +27,6 @@ from types import SimpleNamespace
 import torch
 from transformers import HfArgumentParser, Seq2SeqTrainingArguments
 
-from .. import command_line
 from ..configuration_vanilla_transformer import PRESETS
 from ..generation_vanilla_transformer import check_decoding
 from ..translation.precision import bf16_support
@@ -308,7 +306,7 @@ class VanillaTrainingArguments(Seq2SeqTrainingArguments):
     Re-defaulted (each can still be overridden): `adam_beta1=0.9`, `adam_beta2=0.98`, `adam_epsilon=1e-9`,
     `weight_decay=0.0` (with the default `optim="adamw_torch_fused"`, the Trainer's fused AdamW is then the paper's
     Adam), `max_grad_norm=0.0` (no clipping), `warmup_steps=4000`, `label_smoothing_factor=0.1` (section 5.4; the
-    model computes the smoothed loss, see `VanillaTransformerTrainer.compute_loss`), `predict_with_generate=True`,
+    trainer's loss, `trainer.LabelSmoothedLoss`), `predict_with_generate=True`,
     `metric_for_best_model="bleu"` and `ddp_find_unused_parameters=False`. The learning rate follows `lr_schedule`:
     "noam" (the paper's, `schedule.NoamLR`, which has no use for `learning_rate` and `lr_scheduler_type`) or "trainer"
     (the stock schedule `lr_scheduler_type` with `learning_rate`).
@@ -448,8 +446,9 @@ class VanillaTrainingArguments(Seq2SeqTrainingArguments):
                 logger.warning("bf16 asked for, but %s.", reason)
 
     def _training_device_type(self) -> str:
-        # The device the Trainer will pick, known before `TrainingArguments.__post_init__` sets it up.
-        accelerator = torch.accelerator.current_accelerator()
+        # The device the Trainer will pick, known before `TrainingArguments.__post_init__` sets it up. An accelerator
+        # torch was built for but cannot find (PyPI's CUDA build on a machine without a GPU) is none: the CPU.
+        accelerator = torch.accelerator.current_accelerator(check_available=True)
         return "cpu" if self.use_cpu or accelerator is None else accelerator.type
 
 
@@ -554,8 +553,9 @@ IGNORED_UNLESS = {
 
 
 class HelpFormatter(argparse.HelpFormatter):
-    """One spelling per option (`--max_tokens N`; the `--max-tokens` alias still parses), no `--no_plots` (`--plots
-    false` says the same), and the default only where there is one."""
+    """One spelling per option (`--max_tokens N`; `--max-tokens`, HfArgumentParser's hyphen form, still parses), no
+    `--no_plots` (`--plots false` says the same), and the default only where there is one. (argparse's formatter has
+    no public hooks: its own subclasses, e.g. `ArgumentDefaultsHelpFormatter`, override its private methods too.)"""
 
     def add_argument(self, action):
         if not any(flag.startswith("--no_") for flag in action.option_strings):
@@ -564,8 +564,8 @@ class HelpFormatter(argparse.HelpFormatter):
     def _format_action_invocation(self, action):
         if not action.option_strings:
             return super()._format_action_invocation(action)
-        if action.nargs == 0:
-            return ", ".join(action.option_strings)
+        if action.nargs == 0:  # `-h, --help`; `--help_all` without its hyphen form
+            return ", ".join(dict.fromkeys(_shown_name(option) for option in action.option_strings))
         return (
             f"{action.option_strings[0]} {self._format_args(action, self._get_default_metavar_for_optional(action))}"
         )
@@ -578,10 +578,14 @@ class HelpFormatter(argparse.HelpFormatter):
         return help_text
 
 
-class ArgumentParser(command_line.ArgumentParser, HfArgumentParser):
-    """`HfArgumentParser` with the one spelling of every command (command_line.ArgumentParser: `--max-tokens` and
-    `--config` parse as `--max_tokens` and `--recipe`). Its errors are ValueErrors: `train` prints them as every
-    command prints its errors, one line `vanilla-transformer train: error: ...` naming the flag, exit status 2."""
+def _shown_name(option: str) -> str:
+    """`--max-tokens` as `--max_tokens`: the name `--help` shows."""
+    return "--" + option[2:].replace("-", "_") if option.startswith("--") else option
+
+
+class ArgumentParser(HfArgumentParser):
+    """`HfArgumentParser`, whose errors are ValueErrors: `train` prints them as every command prints its errors, one
+    line `vanilla-transformer train: error: ...` naming the flag, exit status 2."""
 
     def error(self, message: str):
         raise ValueError(message)
@@ -592,13 +596,8 @@ def preset_path(config: str) -> Path:
     path = Path(config)
     if path.is_file():
         return path
-    shipped = PRESETS_DIR / f"{path.name.removesuffix('.json')}.json"
-    if (
-        shipped.is_file()
-        and (path.suffix in ("", ".json"))
-        and (len(path.parts) == 1 or path.parent.name in ("configs", "recipes"))
-    ):
-        return shipped  # a name, or a path ending in the shipped `recipes/NAME.json` (or the old `configs/NAME.json`)
+    if (PRESETS_DIR / f"{config}.json").is_file() and path.name == config:
+        return PRESETS_DIR / f"{config}.json"
     names = ", ".join(shipped_presets())
     raise ValueError(f"--recipe {config!r} does not exist: it is neither a shipped recipe ({names}) nor a JSON file.")
 
@@ -645,26 +644,6 @@ def build_parser(show_all: bool = False) -> ArgumentParser:
     """The parser of `train`, its option groups in the order `--help` lists them: the model's, the data's and the
     tokenizer's (their dataclasses'), then HELP_GROUPS, then the Trainer's other options, listed with `show_all`
     (accepted either way)."""
-    parser = ArgumentParser(
-        prog="vanilla-transformer train",
-        usage="vanilla-transformer train [--recipe RECIPE] [--dataset DATA] [--output_dir DIR] [OPTIONS]",
-        description="Train the Transformer of 'Attention Is All You Need' with the paper's recipe (section 5) on the "
-        "Hugging Face Trainer. Options given on the command line win over the recipe's; without --recipe the recipe "
-        f"is {SMALL_CORPUS_RECIPE} ({LARGE_CORPUS_RECIPE} for a training split of {LARGE_CORPUS:,} pairs or more).",
-        epilog="Recipes shipped: " + ", ".join(shipped_presets()) + ". `--recipe RECIPE --help` shows the recipe's "
-        "values as the defaults (without --recipe, those of the small-corpus recipe). docs/training.md explains every "
-        "option group.",
-        allow_abbrev=False,
-        formatter_class=HelpFormatter,
-    )
-    parser.dataclass_types = list(ARGUMENT_CLASSES)  # what parse_args_into_dataclasses builds; options added below
-    parser.add_argument(
-        "--recipe",
-        default=None,
-        metavar="RECIPE",
-        help="A shipped recipe by name (training/recipes/), or a JSON file of options. Not --preset: the model size.",
-    )
-    parser.add_argument("--help_all", action="store_true", help="Show the Trainer's other options too, and exit.")
     fields = {}
     for cls in ARGUMENT_CLASSES:
         hints = typing.get_type_hints(cls)
@@ -677,30 +656,59 @@ def build_parser(show_all: bool = False) -> ArgumentParser:
     groups.update(HELP_GROUPS)
     grouped = {name for names in groups.values() for name in names}
     groups[TRAINER_GROUP] = [name for name in fields if name not in grouped]
-    for title, names in groups.items():
-        group = parser.add_argument_group(title)
-        for name in names:
-            _add_field(group, *fields[name], shown=show_all or title != TRAINER_GROUP)
+    # Each group of `--help` as a dataclass of its fields, which HfArgumentParser makes into one argument group of
+    # options (`_argument_group_name`); what the parser builds are the five dataclasses (`dataclass_types` below).
+    layout = [
+        dataclasses.make_dataclass(
+            f"HelpGroup{number}",
+            [_option_field(*fields[name], shown=show_all or title != TRAINER_GROUP) for name in names],
+            namespace={"_argument_group_name": title},
+            kw_only=True,
+        )
+        for number, (title, names) in enumerate(groups.items())
+    ]
+    parser = ArgumentParser(
+        layout,
+        prog="vanilla-transformer train",
+        usage="vanilla-transformer train [--recipe RECIPE] [--dataset DATA] [--output_dir DIR] [OPTIONS]",
+        description="Train the Transformer of 'Attention Is All You Need' with the paper's recipe (section 5) on the "
+        "Hugging Face Trainer. Options given on the command line win over the recipe's; without --recipe the recipe "
+        f"is {SMALL_CORPUS_RECIPE} ({LARGE_CORPUS_RECIPE} for a training split of {LARGE_CORPUS:,} pairs or more).",
+        epilog="Recipes shipped: " + ", ".join(shipped_presets()) + ". `--recipe RECIPE --help` shows the recipe's "
+        "values as the defaults (without --recipe, those of the small-corpus recipe). docs/training.md explains every "
+        "option group.",
+        allow_abbrev=False,
+        formatter_class=HelpFormatter,
+        add_help=False,  # `parse_args` prints the help once the recipe has set the defaults it shows
+    )
+    parser.dataclass_types = list(ARGUMENT_CLASSES)  # what parse_args_into_dataclasses builds
+    parser.add_argument("-h", "--help", action="store_true", help="Show this help message and exit.")
+    parser.add_argument(
+        "--recipe",
+        default=None,
+        metavar="RECIPE",
+        help="A shipped recipe by name (training/recipes/), or a JSON file of options. Not --preset: the model size.",
+    )
+    parser.add_argument(
+        "--help_all", "--help-all", action="store_true", help="Show the Trainer's other options too, and exit."
+    )
     # Without an accelerator, say so to the Trainer: only then does it set up gloo data parallelism across the
     # processes of `accelerate launch --multi_gpu` / `torchrun` (otherwise each CPU process trains alone).
-    parser.set_defaults(use_cpu=torch.accelerator.current_accelerator() is None)
+    parser.set_defaults(use_cpu=torch.accelerator.current_accelerator(check_available=True) is None)
     return parser
 
 
-def _add_field(group, field: dataclasses.Field, hint, shown: bool) -> None:
-    """One dataclass field as an option of `group`, the way HfArgumentParser makes one (`_parse_dataclass_field`,
-    its only way to add a single field: its public constructor adds each dataclass whole, to one group per class).
-    On a copy of the field, with HELP_TEXTS' help, no help where not `shown`, and `none` accepted for an optional
-    number (`--max_tokens none`)."""
-    field = copy.copy(field)
+def _option_field(field: dataclasses.Field, hint, shown: bool) -> tuple:
+    """`(name, type, field)` of `make_dataclass` for one option: `field`'s default, with HELP_TEXTS' help, no help
+    where not `shown`, and `none` accepted for an optional number (`--max_tokens none`)."""
     metadata = dict(field.metadata, help=HELP_TEXTS.get(field.name, field.metadata.get("help")))
     if not shown:
         metadata["help"] = argparse.SUPPRESS
-    field.metadata = metadata
     kinds = typing.get_args(hint)
     number = next((kind for kind in kinds if kind in (int, float)), None)
-    field.type = _number_or_none(number) if number and len(kinds) == 2 and type(None) in kinds else hint
-    HfArgumentParser._parse_dataclass_field(group, field)
+    kind = _number_or_none(number) if number and len(kinds) == 2 and type(None) in kinds else hint
+    default = dataclasses.field(default=field.default, default_factory=field.default_factory, metadata=metadata)
+    return field.name, kind, default
 
 
 def _number_or_none(kind):
@@ -711,11 +719,6 @@ def _number_or_none(kind):
     return parse
 
 
-def given_options(argv: list[str]) -> set[str]:
-    """The option names written on the command line (`--name value`, `--name=value`, `--name-with-hyphens`)."""
-    return {a[2:].split("=", 1)[0].replace("-", "_") for a in argv if a.startswith("--") and len(a) > 2}
-
-
 def trains_in_float32_on_cpu(bf16, fp16, use_cpu) -> bool:
     """Whether the run trains in float32 on a CPU, from the raw `bf16` (true/false/auto), `fp16` and `use_cpu` of the
     command line or preset, before the arguments are built (the decision `VanillaTrainingArguments` makes)."""
@@ -724,15 +727,20 @@ def trains_in_float32_on_cpu(bf16, fp16, use_cpu) -> bool:
     return device == "cpu" and not fp16 and not resolve_bf16(bf16, fp16, device)[0]
 
 
-def _preparse(argv: list[str]) -> argparse.Namespace:
-    """`--recipe` and the precision options of `argv` (spelled the one way), read before the real parse: the recipe
-    gives the parser's defaults, and the precision decides whether its `cpu_float32` options apply. None where not
-    given."""
-    pre = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
-    pre.add_argument("--recipe", default=None)
-    for name in ("bf16", "fp16", "use_cpu"):
-        pre.add_argument(f"--{name}", nargs="?", const="true", default=None)
-    return pre.parse_known_args(argv)[0]
+_NOT_GIVEN = object()  # the value of an option the command line does not give (`given_options`)
+
+
+def given_options(parser: ArgumentParser, argv: list[str], names) -> dict:
+    """The options of `names` (and `--help`, `--help_all`, `--recipe`) that `argv` gives, with their values as the
+    parser reads them; an unknown option is an error naming the closest one. The parser starts from a namespace in
+    which every option is `_NOT_GIVEN` (argparse fills in a default only where the namespace has no value)."""
+    names = set(names) | {"help", "help_all", "recipe"}
+    namespace, extra = parser.parse_known_args(argv, argparse.Namespace(**dict.fromkeys(names, _NOT_GIVEN)))
+    if extra:
+        unknown = next((a for a in extra if a.startswith("-")), extra[0])
+        flags = [f"--{name}" for name in names]
+        raise ValueError(f"unrecognized argument {unknown!r}{did_you_mean(unknown.split('=', 1)[0], flags) or '.'}")
+    return {name: value for name, value in vars(namespace).items() if value is not _NOT_GIVEN}
 
 
 def parse_args(argv: list[str] | None = None, train_pairs: int | None = None):
@@ -741,57 +749,58 @@ def parse_args(argv: list[str] | None = None, train_pairs: int | None = None):
     small-corpus one while that is unknown). A warm-up the command line does not set is fitted to the run's budget
     (`fit_warmup`), and `--num_train_epochs` given without `--max_steps` counts (a recipe's `max_steps` would
     override it). Every error is a ValueError whose message names the option in backticks (`as_flags` turns them
-    into flags); `--help` / `--help_all` print and exit."""
+    into flags); `--help` / `--help_all` print and exit.
+
+    One parser reads `argv` twice: first for what it gives (the recipe, the precision, which options), then, with the
+    recipe's values as its defaults, into the dataclasses."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser(show_all="--help_all" in command_line.one_spelling(argv, ()))
-    argv = parser.one_spelling(argv)  # `--max-tokens` as `--max_tokens`, `--config` as `--recipe`
     known = {f.name for cls in ARGUMENT_CLASSES for f in dataclasses.fields(cls) if f.init}
-    given = _preparse(argv)
-    on_command_line = given_options(argv)
-    config = given.recipe or default_recipe(train_pairs)
+    parser = build_parser()
+    given = given_options(parser, argv, known)
+    config = given.get("recipe") or default_recipe(train_pairs)
     preset, cpu_float32 = read_preset(config, known)
-    parser.set_defaults(**preset)
-    precision = [
-        value if value is not None else parser.get_default(name)
-        for name, value in (("bf16", given.bf16), ("fp16", given.fp16), ("use_cpu", given.use_cpu))
-    ]
+    defaults = dict(preset)
+    parser.set_defaults(**defaults)
+    precision = [given.get(name, parser.get_default(name)) for name in ("bf16", "fp16", "use_cpu")]
     if cpu_float32 and trains_in_float32_on_cpu(*precision):
-        parser.set_defaults(**cpu_float32)  # the command line still wins
+        defaults.update(cpu_float32)  # the command line still wins
     else:
         cpu_float32 = {}
-    if "num_train_epochs" in on_command_line and "max_steps" not in on_command_line:
-        parser.set_defaults(max_steps=-1)  # the Trainer lets a positive max_steps win over the epochs asked for
-    if "--help_all" in argv:
+    if "num_train_epochs" in given and "max_steps" not in given:
+        defaults["max_steps"] = -1  # the Trainer lets a positive max_steps win over the epochs asked for
+    parser.set_defaults(**defaults)
+    if given.get("help") or given.get("help_all"):
+        if given.get("help_all"):
+            parser = build_parser(show_all=True)
+            parser.set_defaults(**defaults)
         parser.print_help()
         raise SystemExit(0)
-    *parsed, _namespace, extra = parser.parse_args_into_dataclasses(args=argv, return_remaining_strings=True)
-    if extra:
-        flags = [f"--{name}" for name in known | {"recipe", "help_all"}]
-        unknown = next((a for a in extra if a.startswith("-")), extra[0])
-        name = unknown.split("=", 1)[0]
-        raise ValueError(f"unrecognized argument {unknown!r}{did_you_mean(name, flags) or '.'}")
-    model_args, data_args, tok_args, run_args, training_args = parsed
+    model_args, data_args, tok_args, run_args, training_args = parser.parse_args_into_dataclasses(args=argv)[:5]
     training_args.preset_cpu_float32 = cpu_float32 or None
     # Which recipe, and why: results.json records it, and `train` chooses again by corpus size once the data is read.
-    training_args.recipe = {"config": config, "default": given.recipe is None}  # results.json's key: "config"
+    training_args.recipe = {"config": config, "default": "recipe" not in given}  # results.json's key: "config"
     training_args.warmup_fitted = None
-    if "warmup_steps" not in on_command_line:
-        warmup = training_args.warmup_steps
-        fitted = fit_warmup(
-            warmup, run_args.max_train_minutes, preset.get("max_train_minutes"), training_args.max_steps
-        )
-        if fitted != warmup:
-            training_args.warmup_steps = fitted
-            training_args.warmup_fitted = {"warmup_steps": [warmup, fitted]}
-            if "lr_factor" not in on_command_line:
-                # The same peak after the shorter warm-up: section 5.3's schedule peaks at lr_factor * (d_model *
-                # warmup_steps)^-0.5, and a higher peak trained this model worse (bench/multi30k_search.md, the run
-                # with a warm-up of 400 instead of 800 at the same factor).
-                factor = round(training_args.lr_factor * math.sqrt(fitted / warmup), 6)
-                training_args.warmup_fitted["lr_factor"] = [training_args.lr_factor, factor]
-                training_args.lr_factor = factor
-    check_combination(on_command_line | set(preset) | set(cpu_float32), *parsed)
-    return model_args, data_args, tok_args, run_args, training_args
+    if "warmup_steps" not in given:
+        fit_warmup_of(training_args, run_args, preset, lr_factor_given="lr_factor" in given)
+    parsed = (model_args, data_args, tok_args, run_args, training_args)
+    check_combination(set(given) | set(preset) | set(cpu_float32), *parsed)
+    return parsed
+
+
+def fit_warmup_of(training_args, run_args, preset: dict, lr_factor_given: bool) -> None:
+    """`fit_warmup` applied to the arguments, and recorded in `training_args.warmup_fitted`."""
+    warmup = training_args.warmup_steps
+    fitted = fit_warmup(warmup, run_args.max_train_minutes, preset.get("max_train_minutes"), training_args.max_steps)
+    if fitted != warmup:
+        training_args.warmup_steps = fitted
+        training_args.warmup_fitted = {"warmup_steps": [warmup, fitted]}
+        if not lr_factor_given:
+            # The same peak after the shorter warm-up: section 5.3's schedule peaks at lr_factor * (d_model *
+            # warmup_steps)^-0.5, and a higher peak trained this model worse (bench/multi30k_search.md, the run
+            # with a warm-up of 400 instead of 800 at the same factor).
+            factor = round(training_args.lr_factor * math.sqrt(fitted / warmup), 6)
+            training_args.warmup_fitted["lr_factor"] = [training_args.lr_factor, factor]
+            training_args.lr_factor = factor
 
 
 def check_combination(given: set[str], model_args, data_args, tok_args, run_args, training_args) -> None:

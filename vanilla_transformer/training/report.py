@@ -27,7 +27,7 @@ from ..translation.precision import cpu_bfloat16_units, cpu_model_name
 from ..translation.translate import translate
 from .averaging import average_checkpoints
 from .callbacks import TimeLimit
-from .checkpoints import complete_checkpoints, prune_checkpoints
+from .checkpoints import last_complete_checkpoints, prune_checkpoints
 from .options import DataArguments, RunArguments
 
 
@@ -131,7 +131,7 @@ def keep_checkpoints(out_dir: Path, run_args: RunArguments, trainer) -> None:
     keep = []
     if run_args.keep_checkpoints == "averaged":
         after = getattr(trainer.lr_scheduler, "cooldown_start", None)
-        keep = checkpoints_to_average(out_dir, run_args.average_last, after)
+        keep = last_complete_checkpoints(out_dir, run_args.average_last, after)
         keep += [trainer.state.best_model_checkpoint] if trainer.state.best_model_checkpoint else []
     pruned = prune_checkpoints(out_dir, keep_weights=keep)
     if pruned["deleted"] or pruned["weights"]:
@@ -144,11 +144,6 @@ def keep_checkpoints(out_dir: Path, run_args: RunArguments, trainer) -> None:
             ", ".join(pruned["deleted"]) or "none",
             pruned["freed_bytes"] / 1e6,
         )
-
-
-def checkpoints_to_average(out_dir: Path, k: int, after: int | None = None) -> list[str]:
-    """The run's last `k` complete checkpoints written after update `after` (see `average_last_checkpoints`)."""
-    return complete_checkpoints(str(out_dir), after=after)[-k:] if k else []
 
 
 def score_average(trainer, tokenizer, test, data_args, run_args, results: dict):
@@ -346,7 +341,7 @@ def average_last_checkpoints(out_dir: Path, k: int, tokenizer, device, after: in
     start of the run and their average scores below the final model (bench/multi30k_search.md, the
     `multi30k_en_de_small_avx2` run). The cool-down is the same fraction of every run, and the paper averages the last
     checkpoints of a run (section 6.1), not checkpoints from its start."""
-    checkpoints = checkpoints_to_average(out_dir, k, after)  # never one whose save did not finish
+    checkpoints = last_complete_checkpoints(out_dir, k, after)  # never one whose save did not finish
     window = f" written after update {after} (the learning-rate cool-down)" if after is not None else ""
     if not checkpoints:
         logger.warning("No checkpoint in %s%s: nothing to average.", out_dir, window)

@@ -130,10 +130,12 @@ class NoamLR(LRScheduler):
         if start < self.last_epoch:
             raise ValueError(f"`cooldown_start`={start} lies in the past: {self.last_epoch} updates are already done.")
         self.cooldown_start, self.cooldown_end = start, end
-        lrs = self.get_lr()
-        for group, lr in zip(self.optimizer.param_groups, lrs):
+        for group, lr in zip(self.optimizer.param_groups, self.get_lr()):
             group["lr"] = lr
-        self._last_lr = lrs
+
+    def get_last_lr(self) -> list[float]:
+        """The learning rates the optimizer holds now: those of the last `step`, or of `set_cooldown` after it."""
+        return [group["lr"] for group in self.optimizer.param_groups]
 
     def get_lr(self) -> list[float]:
         # `last_epoch` counts the updates already done, so the update about to run is number last_epoch + 1.

@@ -8,11 +8,12 @@ One update, in the order the Trainer (transformers 5.24, `Trainer.train`) calls 
    data-parallel processes by the sampler itself.
 2. `get_batch_samples`: the update's micro-batches (`gradient_accumulation_steps` of them), augmented when asked
    (`subword_split`, `bidirectional_steps`: augmentation.py, not in the paper) before the Trainer counts their target
-   tokens (`num_items_in_batch`).
-3. `compute_loss`, once per micro-batch, inside the Trainer's `training_step` (which then runs the backward): the
-   model computes the label-smoothed cross-entropy (section 5.4, epsilon `label_smoothing_factor`) divided by the
-   target tokens of the whole update, so the gradients do not depend on how the update is split across micro-batches
-   or processes; the sums for the logs are added up here.
+   tokens (`num_items_in_batch`); the decoder input is shifted from the labels.
+3. The Trainer's `compute_loss`, once per micro-batch, inside its `training_step` (which then runs the backward): the
+   model's logits, then `LabelSmoothedLoss` (the Trainer's `compute_loss_func`): the label-smoothed cross-entropy
+   (section 5.4, epsilon `label_smoothing_factor`) divided by the target tokens of the whole update, so the gradients
+   do not depend on how the update is split across micro-batches or processes; the sums for the logs are added up
+   there.
 4. `_get_grad_norm`: the gradient norm for the logs, only before an update that will be logged (no clipping, as in the
    paper).
 5. The optimizer step: the Trainer's own optimizer, `adamw_torch_fused` with weight decay 0, which is the paper's
@@ -53,6 +54,7 @@ from transformers.trainer_utils import seed_worker
 
 from ..data.batching import TokenBatchSampler
 from ..data.corpus import MODEL_INPUT_COLUMNS
+from ..evaluation.attention import use_attention
 from ..evaluation.bleu import make_compute_metrics
 from ..loss_vanilla_transformer import label_smoothed_cross_entropy
 from ..translation.precision import fast_attention_implementation
@@ -64,6 +66,41 @@ from .schedule import NoamLR, peak_learning_rate
 
 logger = logging.getLogger(__name__)
 
+# The newest transformers release (major.minor) whose private Trainer method overridden here (`_get_grad_norm`) has
+# been checked: tests/test_trainer.py fails on a newer one until the override is checked again.
+TESTED_TRANSFORMERS = (5, 24)
+
+
+class LabelSmoothedLoss:
+    """The training loss, as the Trainer's `compute_loss_func`: section 5.4's label-smoothed cross-entropy (epsilon
+    `label_smoothing_factor`; float32, fused: `label_smoothed_cross_entropy`) of one micro-batch, summed over its
+    target tokens and divided by `num_items_in_batch`, the target tokens of the whole update that the Trainer counts,
+    so that the gradients do not depend on how the update is split across micro-batches or processes. The Trainer's
+    `compute_loss` then scales it for data parallelism as it scales its own losses. Adds (smoothed loss, NLL, target
+    tokens) of each micro-batch to `sums` (no host sync), which `VanillaTransformerTrainer.log` reads. With
+    `compile_with` (a `torch.compile` backend and mode: `torch_compile`), the loss is compiled as well as the model,
+    for any batch shape, and the compiler fuses its formula."""
+
+    def __init__(self, epsilon: float, sums: torch.Tensor, compile_with: tuple[str, str | None] | None = None):
+        self.epsilon, self.sums = epsilon, sums
+        self.function = label_smoothed_cross_entropy
+        if compile_with is not None:
+            backend, mode = compile_with
+            self.function = torch.compile(self.function, dynamic=True, backend=backend, mode=mode)
+
+    def __call__(self, outputs, labels, num_items_in_batch=None) -> torch.Tensor:
+        if labels is None:
+            raise ValueError(
+                "The batch has no `labels`: the training data must hold the tokenized targets in a `labels` column."
+            )
+        logits = outputs["logits"] if isinstance(outputs, dict) else outputs[0]
+        loss_sum, nll_sum, tokens = self.function(logits, labels, self.epsilon)
+        self.sums += torch.stack([loss_sum.detach(), nll_sum, tokens.to(loss_sum.dtype)]).to(self.sums)
+        denominator = tokens.clamp(min=1) if num_items_in_batch is None else num_items_in_batch
+        if isinstance(denominator, torch.Tensor):
+            denominator = denominator.to(loss_sum.device)
+        return loss_sum / denominator
+
 
 class VanillaTransformerTrainer(Seq2SeqTrainer):
     """`Seq2SeqTrainer` with the paper's optimizer, schedule, label-smoothed loss, token-based batches, BLEU
@@ -72,14 +109,10 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
     `compute_metrics` is not given and a tokenizer is (`processing_class`), BLEU on the decoded labels is computed by
     `evaluation.bleu.make_compute_metrics`.
 
-    What passes between its methods: the sums of (smoothed loss, NLL, target tokens), added up by `compute_loss` until
-    `log` reads them (training) and by `prediction_step` until `evaluation_loop` reads them (evaluation); and the
-    schedule `create_scheduler` built, which `train` has built again for each call.
+    What passes between its methods: the sums of (smoothed loss, NLL, target tokens), added up by `LabelSmoothedLoss`
+    until `log` reads them (training) and by `prediction_step` until `evaluation_loop` reads them (evaluation); and
+    the schedule `create_scheduler` built, which `train` has built again for each call.
     """
-
-    # `compute_loss` already divides by the token count of the whole optimizer step: the Trainer must not
-    # divide again by the number of accumulation steps.
-    loss_is_scaled_for_ga = True
 
     def __init__(self, model=None, args: VanillaTrainingArguments | None = None, *positional, **kwargs):
         if args is None:
@@ -95,9 +128,6 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
                 f"`n_gpu`={self.args.n_gpu}: torch.nn.DataParallel is not supported (token batches cannot be split "
                 f"evenly). Launch one process per GPU instead: `accelerate launch train.py ...` or `torchrun`."
             )
-        # The Trainer counts the target tokens of each optimizer step (`num_items_in_batch`) only for models
-        # that take loss kwargs; `compute_loss` below passes the count to the model.
-        self.model_accepts_loss_kwargs = True
         if self.compute_metrics is None and self.args.predict_with_generate and self.processing_class is not None:
             self.compute_metrics = make_compute_metrics(self.processing_class)
         metric = (self.args.metric_for_best_model or "").removeprefix("eval_")
@@ -120,6 +150,13 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
         self._merge_tree = None  # (left, right) of subword splitting, read from the tokenizer when first needed
         # Sums of (smoothed loss, NLL, target tokens) since the last log, for training and for evaluation.
         self._loss_sums = {split: torch.zeros(3, device=self.args.device) for split in ("train", "eval")}
+        if self.compute_loss_func is None:  # the Trainer's `compute_loss` then scales it as its own losses
+            compiler = (self.args.torch_compile_backend or "inductor", self.args.torch_compile_mode)
+            self.compute_loss_func = LabelSmoothedLoss(
+                self.args.label_smoothing_factor,
+                self._loss_sums["train"],
+                compile_with=compiler if self.args.torch_compile else None,
+            )
         self._noam_scheduler = None  # the paper's schedule, when `create_scheduler` built it
 
     def _use_fast_attention(self) -> None:
@@ -135,17 +172,13 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
         dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(self.args.mixed_precision, torch.float32)
         attention = fast_attention_implementation(self.args.device, dtype)
         model = self.accelerator.unwrap_model(self.model)
-        config = getattr(model, "config", None)
-        if (
-            attention
-            and getattr(config, "_attn_implementation", attention) == "sdpa"
-            and hasattr(model, "set_attn_implementation")
-        ):
-            model.set_attn_implementation(attention)
+        if attention and getattr(getattr(model, "config", None), "_attn_implementation", None) == "sdpa":
+            use_attention(model, attention)
             logger.info("Attention: %s (torch's SDPA kernel is the slow one in %s on a CPU).", attention, precision)
 
     # ---- Resuming ----
 
+    # Overridden: the checkpoint is chosen and loaded inside `Trainer.train`, before any callback runs.
     def train(self, resume_from_checkpoint: str | bool | None = None, trial=None, **kwargs):
         """`Trainer.train`; `resume_from_checkpoint=True` takes the newest checkpoint of `output_dir`, and a
         checkpoint whose learning-rate schedule differs from these arguments is refused (the Trainer would restore
@@ -220,6 +253,7 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
 
     # ---- Token-based batches (section 5.1) ----
 
+    # Overridden: no argument of the Trainer takes a batch sampler (its samplers yield sentences, not batches).
     def get_train_dataloader(self) -> DataLoader:
         """Batches of about `max_tokens` tokens, sentences of similar length together (section 5.1); with
         `max_tokens=None`, the Trainer's batches of `per_device_train_batch_size` sentences."""
@@ -274,16 +308,31 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
 
     # ---- Per-update augmentation (not in the paper) ----
 
+    # Overridden: the one step that sees an update's micro-batches before their target tokens are counted.
     def get_batch_samples(self, epoch_iterator, num_batches: int, device: torch.device):
         """The Trainer's micro-batches of one update, augmented before the target tokens that normalise the loss are
         counted: with `subword_split` > 0 their sentences split into smaller subwords, and during the first
-        `bidirectional_steps` updates half of them reversed (augmentation.py; neither is in the paper)."""
+        `bidirectional_steps` updates half of them reversed (augmentation.py; neither is in the paper). Each gets the
+        decoder input shifted from its labels, on the device, when the collator did not make one (`LabelSmoothedLoss`
+        reads the labels, so the model does not see them)."""
         if self.args.subword_split:
             # Lazy: the Trainer's loop takes its `num_batches` from the iterator, each split as it is taken.
             epoch_iterator = (self._split_subwords(batch, i) for i, batch in enumerate(epoch_iterator))
         if self.state.global_step < self.args.bidirectional_steps:
             epoch_iterator = (self._maybe_reverse(batch, i) for i, batch in enumerate(epoch_iterator))
-        return super().get_batch_samples(epoch_iterator, num_batches, device)
+        batches, num_items_in_batch = super().get_batch_samples(epoch_iterator, num_batches, device)
+        shift = getattr(self.accelerator.unwrap_model(self.model), "prepare_decoder_input_ids_from_labels", None)
+        for batch in batches:
+            if shift is not None and "labels" in batch and "decoder_input_ids" not in batch:
+                batch["decoder_input_ids"] = shift(batch["labels"])
+            if self.args.torch_compile:
+                # Token batches vary in sentences and in length: compile for any size at once (else torch.compile
+                # compiles for the first shape, then again for each dimension seen to change).
+                for tensor in batch.values():
+                    if isinstance(tensor, torch.Tensor) and tensor.dim() == 2:
+                        torch._dynamo.maybe_mark_dynamic(tensor, 0)
+                        torch._dynamo.maybe_mark_dynamic(tensor, 1)
+        return batches, num_items_in_batch
 
     def _update_seed(self, micro_batch: int, *stream: int) -> int:
         """`augmentation.update_seed` of this update, micro-batch and process (`stream` 2: the reversal)."""
@@ -306,47 +355,10 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
             pad_to_multiple_of=self.args.pad_to_multiple_of,
         )
 
-    # ---- Loss (section 5.4) ----
-
-    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        """The training loss of one micro-batch: the model computes the label-smoothed cross-entropy (float32, fused:
-        `label_smoothed_cross_entropy`), so that it is part of the compiled graph under `torch_compile`, and divides it
-        by `num_items_in_batch`, the target tokens of the whole update; it builds the decoder input from the labels.
-        Evaluation computes its loss in `prediction_step`."""
-        if "labels" not in inputs:
-            raise ValueError(
-                f"The batch has no `labels` (keys: {sorted(inputs)}): the training data must hold the tokenized "
-                f"targets in a `labels` column."
-            )
-        if self.args.torch_compile:
-            # Token batches vary in sentences and in length: compile for any size at once (else torch.compile
-            # compiles for the first shape, then again for each dimension seen to change).
-            for tensor in inputs.values():
-                if isinstance(tensor, torch.Tensor) and tensor.dim() == 2:
-                    torch._dynamo.maybe_mark_dynamic(tensor, 0)
-                    torch._dynamo.maybe_mark_dynamic(tensor, 1)
-        outputs = model(
-            **inputs,
-            epsilon_ls=self.args.label_smoothing_factor,
-            num_items_in_batch=num_items_in_batch,
-            use_cache=False,
-        )
-        loss = outputs.loss
-        # The sums for the logs, from the normalized losses (no host sync: tensors are added up).
-        denominator = outputs.num_target_tokens.clamp(min=1) if num_items_in_batch is None else num_items_in_batch
-        sums = torch.stack(
-            [loss.detach() * denominator, outputs.nll_loss * denominator, outputs.num_target_tokens.to(loss.dtype)]
-        )
-        self._loss_sums["train"] += sums.to(self._loss_sums["train"])
-        if num_items_in_batch is not None and self.args.average_tokens_across_devices:
-            # `num_items_in_batch` is then the count over all processes, and DDP averages the gradients over the
-            # processes: multiply back by their number.
-            loss = loss * self.accelerator.num_processes
-        return (loss, outputs) if return_outputs else loss
-
     # ---- Gradient norm and schedule (section 5.3) ----
 
-    # Private: the Trainer has no public switch for the gradient norm it computes after every update.
+    # Private (no public switch for the norm the Trainer computes after every update): its signature is asserted by
+    # tests/test_trainer.py for the transformers versions up to TESTED_TRANSFORMERS.
     def _get_grad_norm(self, model, grad_norm=None):
         """The gradient norm, for the logs. Without clipping (`max_grad_norm=0`, the paper's) the Trainer computes it
         after every update, an extra pass over all gradients (`clip_grad_norm_(params, inf)`, which also multiplies
@@ -363,6 +375,7 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
         every = self.state.logging_steps or args.logging_steps
         return (args.logging_first_step and step == 1) or (every and step % every == 0) or step >= self.state.max_steps
 
+    # Overridden: `lr_scheduler_type` names only stock schedules; this one needs the optimizer the Trainer builds.
     def create_scheduler(self, num_training_steps: int, optimizer: torch.optim.Optimizer | None = None):
         """With `lr_schedule="noam"`, the paper's learning rate (section 5.3, eq. 3): `schedule.NoamLR`, peak
         `lr_factor * (d_model * warmup_steps)^-0.5` with `d_model` from the model config, and the cool-down asked for
@@ -419,6 +432,7 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
         self._loss_sums[split].zero_()
         return tuple(sums.tolist())
 
+    # Overridden: callbacks' `on_log` runs after the logs are copied into `state.log_history`.
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         """The Trainer's log; the periodic training log gains `nll_loss` and `ppl`, per target token since the last."""
         if "loss" in logs:  # the periodic training log (evaluation logs have `eval_loss`)
@@ -430,6 +444,7 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
 
     # ---- Evaluation: loss, NLL, perplexity, BLEU ----
 
+    # Overridden: `compute_metrics` gets predictions, not the per-token loss sums the split's loss needs.
     def evaluation_loop(
         self, dataloader, description, prediction_loss_only=None, ignore_keys=None, metric_key_prefix="eval"
     ):
@@ -457,6 +472,7 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
             output.metrics[f"{metric_key_prefix}_ppl"] = math.exp(min(nll_sum / tokens, 100.0))
         return output
 
+    # Overridden: the Trainer's evaluation sampler keeps the dataset's order (`group_by_length` changes training's).
     def get_eval_dataloader(self, eval_dataset=None):
         """The evaluation split sorted by source length, longest first, so that a batch holds sentences of similar
         length: beam search then pads little (scores are per sentence pair and do not depend on the order)."""
@@ -467,6 +483,7 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
             eval_dataset = dataset.select(np.argsort(-lengths, kind="stable"))
         return super().get_eval_dataloader(eval_dataset)
 
+    # Overridden: the Seq2SeqTrainer's encodes the source twice and fills the generation config with defaults.
     def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None, **gen_kwargs):
         """One evaluation batch, as the Trainer's (loss, predictions, labels). The loss is this trainer's (smoothed,
         section 5.4), computed sentence by sentence without KV cache and added to the evaluation's sums. The
@@ -503,9 +520,12 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
         """The translations of the batch's source, one per sentence, from `encoder_outputs` when given. Not through
         `Seq2SeqTrainer.prediction_step`: it fills the model's generation config with the library defaults
         (max_length=20, ...), which every later checkpoint would then save, and pads the outputs to that length; the
-        evaluation loop pads the batches to a common width anyway (-100)."""
-        # `Seq2SeqTrainer.evaluate`/`predict` keep their generation arguments in `_gen_kwargs` (no public accessor).
-        kwargs = {k: v for k, v in {**getattr(self, "_gen_kwargs", {}), **gen_kwargs}.items() if v is not None}
+        evaluation loop pads the batches to a common width anyway (-100). The decoding is the model's generation config
+        (which `Seq2SeqTrainingArguments.generation_config` replaces), with `generation_max_length` and
+        `generation_num_beams` of the arguments when set; keyword arguments of `evaluate`/`predict` are not read (the
+        Trainer keeps them only in a private attribute)."""
+        args = {"max_length": self.args.generation_max_length, "num_beams": self.args.generation_num_beams}
+        kwargs = {k: v for k, v in {**args, **gen_kwargs}.items() if v is not None}
         source = {
             k: v for k, v in inputs.items() if k not in ("labels", "decoder_input_ids", "decoder_attention_mask")
         }
