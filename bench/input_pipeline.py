@@ -64,9 +64,9 @@ def parse_args() -> argparse.Namespace:
     p.add_argument(
         "--num_proc",
         type=int,
-        default=os.cpu_count(),
-        help="--preprocessing_num_workers: processes for tokenization and filtering (the recipe says "
-        f"{recipe['preprocessing_num_workers']})",
+        default=None,
+        help="--preprocessing_num_workers: processes for tokenization and filtering (default: the command's, one "
+        "per available core for 50k+ pairs)",
     )
     p.add_argument(
         "--stages", default="generate,preprocess,loader", help="comma-separated: generate, preprocess, loader"
@@ -76,7 +76,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--output", default=None, help="JSON lines file to append the results to")
     p.add_argument("--label", default="", help="free text stored with every result (e.g. 'before', 'after')")
     args = p.parse_args()
-    if args.pairs < 1000 or args.valid_pairs < 1 or args.num_proc < 1 or args.loader_seconds <= 0:
+    if args.pairs < 1000 or args.valid_pairs < 1 or (args.num_proc or 1) < 1 or args.loader_seconds <= 0:
         p.error("--pairs must be >= 1000, --valid_pairs and --num_proc >= 1, --loader_seconds > 0")
     return args
 
@@ -260,7 +260,7 @@ def preprocess(args, data_dir: Path, emit) -> tuple:
     from transformers import set_seed
 
     from vanilla_transformer.data.batching import TokenBatchSampler
-    from vanilla_transformer.training.command import get_tokenizer, load_data, tokenize
+    from vanilla_transformer.training.command import get_tokenizer, load_data, tokenization_processes, tokenize
     from vanilla_transformer.training.options import DataArguments, TokenizerArguments
 
     datasets.disable_progress_bars()
@@ -312,9 +312,35 @@ def preprocess(args, data_dir: Path, emit) -> tuple:
         return result
 
     raw = stage("read", 1, lambda: load_data(data_args))
+    # When the BPE trainer has consumed the last sentence: before, it reads and counts words (in parallel);
+    # after, it computes the merges.
+    from vanilla_transformer.data import corpus
+
+    fed = {}
+    iter_texts = corpus.iter_texts
+
+    def timed_texts(*a, **kw):
+        start = time.perf_counter()
+        yield from iter_texts(*a, **kw)
+        fed["seconds"] = time.perf_counter() - start
+
+    corpus.iter_texts = timed_texts
+    start = time.perf_counter()
     tokenizer = stage("bpe", f"1 ({cores} Rust threads)", lambda: get_tokenizer(tok_args, data_args, raw, Args))
+    corpus.iter_texts = iter_texts
+    if "seconds" in fed:
+        total = time.perf_counter() - start
+        emit(
+            {
+                "stage": "bpe split",
+                "reading_and_counting_seconds": round(fed["seconds"], 2),
+                "merges_seconds": round(total - fed["seconds"], 2),
+                "vocab_size": len(tokenizer),
+            }
+        )
     timer.times.clear()
-    tokenized = stage("tokenize+filter", args.num_proc, lambda: tokenize(raw, tokenizer, data_args, Args))
+    processes = tokenization_processes(args.num_proc, len(raw["train"]))
+    tokenized = stage("tokenize+filter", processes, lambda: tokenize(raw, tokenizer, data_args, Args))
     emit(
         {
             "stage": "tokenize+filter split",
@@ -362,6 +388,7 @@ def time_loader(args, tokenizer, train, sampler, workers: int) -> dict:
     sampler.set_epoch(0)
     it = iter(loader)
     next(it)  # the workers' start-up is not the steady state
+    workers_cpu0 = _workers_cpu()
     cpu0 = time.process_time()
     start = time.perf_counter()
     epoch = 0
@@ -379,7 +406,11 @@ def time_loader(args, tokenizer, train, sampler, workers: int) -> dict:
         padded += batch["input_ids"].numel() + batch["labels"].numel()
     seconds = time.perf_counter() - start
     main_cpu = time.process_time() - cpu0
+    workers_cpu = _workers_cpu() - workers_cpu0 if epoch == 0 else None  # a new epoch starts new workers
     del it
+    # Per core: the tokens per CPU second of the process(es) that make the batches (this one with 0 workers, the
+    # workers otherwise), which a machine shared with other jobs does not change as much as the wall clock.
+    making_cpu = main_cpu if workers == 0 else workers_cpu
     return {
         "stage": "loader",
         "workers": workers,
@@ -392,7 +423,23 @@ def time_loader(args, tokenizer, train, sampler, workers: int) -> dict:
         "src_tgt_tokens_per_s": round((src + tgt) / seconds),
         "padded_tokens_per_s": round(padded / seconds),
         "tgt_tokens_per_batch": round(tgt / max(batches, 1)),
+        "workers_cpu_seconds": None if workers_cpu is None else round(workers_cpu, 2),
+        "main_process_ms_per_batch": round(1000 * main_cpu / max(batches, 1), 3),
+        "tgt_tokens_per_core_second": round(tgt / making_cpu) if making_cpu else None,
+        "src_tgt_tokens_per_core_second": round((src + tgt) / making_cpu) if making_cpu else None,
     }
+
+
+def _workers_cpu() -> float:
+    """User + system CPU seconds of this process's children so far (the DataLoader's workers)."""
+    import psutil
+
+    total = 0.0
+    for child in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            times = child.cpu_times()
+            total += times.user + times.system
+    return total
 
 
 def main() -> None:

@@ -391,7 +391,7 @@ def _file_stamp(path: Path) -> tuple[str, int, int]:
     return str(path.resolve()), stat.st_size, stat.st_mtime_ns
 
 
-_READ_BYTES = 1 << 24  # bytes read at a time from a line file
+_READ_BYTES = 1 << 20  # bytes read at a time from a line file
 _ROWS_PER_BATCH = 100_000  # pairs per Arrow record batch written
 
 
