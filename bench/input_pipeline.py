@@ -260,7 +260,8 @@ def preprocess(args, data_dir: Path, emit) -> tuple:
     from transformers import set_seed
 
     from vanilla_transformer.data.batching import TokenBatchSampler
-    from vanilla_transformer.training.command import get_tokenizer, load_data, tokenization_processes, tokenize
+    from vanilla_transformer.training import command
+    from vanilla_transformer.training.command import get_tokenizer, load_data, tokenize
     from vanilla_transformer.training.options import DataArguments, TokenizerArguments
 
     datasets.disable_progress_bars()
@@ -317,17 +318,19 @@ def preprocess(args, data_dir: Path, emit) -> tuple:
     from vanilla_transformer.data import corpus
 
     fed = {}
-    iter_texts = corpus.iter_texts
+    iter_texts = getattr(corpus, "iter_texts", None)
 
     def timed_texts(*a, **kw):
         start = time.perf_counter()
         yield from iter_texts(*a, **kw)
         fed["seconds"] = time.perf_counter() - start
 
-    corpus.iter_texts = timed_texts
+    if iter_texts is not None:
+        corpus.iter_texts = timed_texts
     start = time.perf_counter()
     tokenizer = stage("bpe", f"1 ({cores} Rust threads)", lambda: get_tokenizer(tok_args, data_args, raw, Args))
-    corpus.iter_texts = iter_texts
+    if iter_texts is not None:
+        corpus.iter_texts = iter_texts
     if "seconds" in fed:
         total = time.perf_counter() - start
         emit(
@@ -339,7 +342,12 @@ def preprocess(args, data_dir: Path, emit) -> tuple:
             }
         )
     timer.times.clear()
-    processes = tokenization_processes(args.num_proc, len(raw["train"]))
+    # (Also runs on a checkout from before `tokenization_processes` and `iter_texts`, for a before/after comparison.)
+    processes = (
+        command.tokenization_processes(args.num_proc, len(raw["train"]))
+        if hasattr(command, "tokenization_processes")
+        else args.num_proc or 1
+    )
     tokenized = stage("tokenize+filter", processes, lambda: tokenize(raw, tokenizer, data_args, Args))
     emit(
         {
