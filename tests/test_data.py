@@ -664,6 +664,14 @@ def test_sampler_from_dataset_and_dataloader(multi30k, tokenizer):
     by_columns = TokenBatchSampler.from_dataset(out, 600, seed=2)
     by_ids = TokenBatchSampler.from_dataset(out.select_columns(["input_ids", "labels"]), 600, seed=2)
     assert list(by_columns) == list(by_ids)
+    # Through an indices mapping (what filtering leaves): the lengths of the rows in the dataset's order.
+    picked = out.select(np.random.default_rng(0).permutation(len(out))[: len(out) // 2])
+    sampler = TokenBatchSampler.from_dataset(picked, 600, seed=2)
+    public = picked.with_format("arrow").select_columns(["src_len", "tgt_len"])[:]
+    expected = TokenBatchSampler(public["src_len"].to_numpy(), public["tgt_len"].to_numpy(), 600, seed=2)
+    assert list(sampler) == list(expected) and len(sampler.batches) > 1
+    by_ids = TokenBatchSampler.from_dataset(picked.select_columns(["input_ids", "labels"]), 600, seed=2)
+    assert list(by_ids) == list(expected)
     loader = torch.utils.data.DataLoader(
         out.select_columns(list(MODEL_INPUT_COLUMNS)),
         batch_sampler=by_columns,
