@@ -170,7 +170,13 @@ class DataArguments:
     max_eval_samples: int | None = field(
         default=None, metadata={"help": "Evaluate during training on the first N validation pairs (speed)."}
     )
-    preprocessing_num_workers: int | None = field(default=None, metadata={"help": "Processes for tokenization."})
+    preprocessing_num_workers: int | None = field(
+        default=None,
+        metadata={
+            "help": "Processes for tokenization and length filtering (default: one per available CPU core, at most "
+            "one per 50,000 training pairs)."
+        },
+    )
 
     def __post_init__(self):
         self.test_split = self.test_split or None
