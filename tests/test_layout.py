@@ -98,8 +98,8 @@ FLOORS = {
         "vanilla_transformer.evaluation.bleu",
         "vanilla_transformer.evaluation.attention",
         "vanilla_transformer.evaluation.metrics_sacrebleu",
-        "vanilla_transformer.training.checkpoints",
-        "vanilla_transformer.command_line",
+        "vanilla_transformer.checkpoints",
+        "vanilla_transformer.arguments",
     ],
     "tools": [
         "vanilla_transformer.training",
@@ -108,11 +108,13 @@ FLOORS = {
         "vanilla_transformer.translation.ctranslate2",
     ],
     "commands": [
-        "vanilla_transformer.cli",
+        "vanilla_transformer.commands",
         "vanilla_transformer.translation.commands",
         "vanilla_transformer.evaluation.commands",
         "vanilla_transformer.hub.commands",
         "vanilla_transformer.training.command",
+        "vanilla_transformer.training.commands",
+        "vanilla_transformer.demo.commands",
         "vanilla_transformer.demo.page",
     ],
 }

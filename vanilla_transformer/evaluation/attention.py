@@ -142,7 +142,7 @@ def attention_weights(
         raise ValueError(f"`target` must be a non-empty sentence or None (translate the source), got {target!r}.")
     if num_beams is not None and (isinstance(num_beams, bool) or not isinstance(num_beams, int) or num_beams < 1):
         raise ValueError(f"`num_beams` must be a positive integer or None (the model's own), got {num_beams!r}.")
-    # Without outer whitespace, as the model was trained (train.py strips every sentence) and as `translate` gives
+    # Without outer whitespace, as the model was trained (`vanilla-transformer train` strips every sentence) and as `translate` gives
     # it: the tokenizer keeps spaces, and a lone "▁" the model never saw would be drawn and attended to.
     source = source.strip()
     target = target.strip() if target is not None else None

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..command_line import add_checkpoint_options, add_decoding_options, decoding_options, read_lines
+from ..arguments import add_checkpoint_options, add_decoding_options, decoding_options, read_lines
 from ..translation.shipped import resolve_model
 
 

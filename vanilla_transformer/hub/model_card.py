@@ -6,7 +6,7 @@ so the YAML metadata (languages, license, `library_name`, `pipeline_tag`, tags, 
 parses back with `ModelCard.load`. What this module adds is the content: which paper choices the config keeps
 or changes, the run's data, hyper-parameters, hardware and scores.
 
-The results JSON (written by train.py, read here) is a dict:
+The results JSON (written by `vanilla-transformer train`, training/report.py; read here) is a dict:
 
     {
       "src_lang": "en",                        # required, ISO 639 code of the source language
@@ -28,7 +28,7 @@ The results JSON (written by train.py, read here) is a dict:
       "training": {                            # optional
         "steps": 10000, "epochs": 20.5,        #   optimizer updates, passes over the data
         "train_runtime_s": 3600.0,             #   wall-clock seconds
-        "tokens_per_second": 5200.0,           #   target tokens per second (or whatever train.py measures)
+        "tokens_per_second": 5200.0,           #   target tokens per second (or whatever the run measures)
         "hardware": "2-core CPU",              #   free text
         "hyperparameters": {"learning_rate": 7e-4, "warmup_steps": 4000, ...}   # free key -> value
       },
@@ -368,7 +368,7 @@ def render_model_card(
             for label, scored in (("", entry), (", lowercased", entry.get("lowercase")))
             if scored
         ],
-        # The validation BLEU curve that train.py plots (bleu.png), pushed beside the card.
+        # The validation BLEU curve that training plots (bleu.png), pushed beside the card.
         bleu_curve="bleu.png" if "bleu.png" in (results.get("plots") or ()) else None,
         training=training,
         hyperparameters=_hyperparameter_rows(training.get("hyperparameters") or {}, training.get("steps")),

@@ -27,10 +27,10 @@ from types import SimpleNamespace
 import torch
 from transformers import HfArgumentParser, Seq2SeqTrainingArguments
 
+from ..checkpoints import last_checkpoint
 from ..configuration_vanilla_transformer import PRESETS
 from ..generation_vanilla_transformer import check_decoding
 from ..translation.precision import bf16_support
-from .checkpoints import last_checkpoint
 
 
 logger = logging.getLogger(__name__)

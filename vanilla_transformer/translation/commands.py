@@ -14,7 +14,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from ..command_line import (
+from ..arguments import (
     PROG,
     add_checkpoint_options,
     add_decoding_options,
