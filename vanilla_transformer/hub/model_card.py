@@ -312,14 +312,7 @@ def render_model_card(
     """The model card as a `huggingface_hub.ModelCard` (see the module docstring for `results`); `shipped_name`: the
     short name of a model that ships inside the package (`vanilla_transformer/translation/shipped.py`), said in the card."""
     results = load_results(results)
-    template_path = Path(template_path) if template_path is not None else DEFAULT_TEMPLATE
-    if not template_path.is_file():
-        raise ValueError(
-            f"`template_path` {str(template_path)!r} does not exist: pass the path of a Jinja2 card "
-            "template, or leave it unset for the package's own (model_card_template.md)."
-        )
-    if repo_id is not None and not re.fullmatch(r"[\w.-]+/[\w.-]+", repo_id):
-        raise ValueError(f"`repo_id` must look like 'namespace/name', got {repo_id!r}.")
+    template_path = _template(template_path, repo_id)
     src, tgt = results["src_lang"], results["tgt_lang"]
     dataset = _dataset(results)
     averaging = results.get("checkpoint_averaging")
@@ -357,17 +350,7 @@ def render_model_card(
         deviations=paper_deviations(config),
         dataset=dataset,
         comparison=compare_with_paper(config, results.get("tokenizer"), results.get("num_parameters")),
-        # "|" separates Markdown table cells, even inside a code span: the signature's bars are escaped.
-        bleu=[
-            {
-                "split": (entry.get("split") or key) + label,
-                "score": scored["score"],
-                "signature_md": scored["signature"].replace("|", "\\|"),
-            }
-            for key, entry in results["bleu"].items()
-            for label, scored in (("", entry), (", lowercased", entry.get("lowercase")))
-            if scored
-        ],
+        bleu=_bleu_rows(results),
         # The validation BLEU curve that training plots (bleu.png), pushed beside the card.
         bleu_curve="bleu.png" if "bleu.png" in (results.get("plots") or ()) else None,
         training=training,
@@ -382,6 +365,34 @@ def render_model_card(
         shipping=results.get("shipping") or {},
     )
     return ModelCard.from_template(card_data, template_path=str(template_path), **context)
+
+
+def _template(template_path, repo_id: str | None) -> Path:
+    """The card template's path (the package's own when None), once it and `repo_id` are checked."""
+    template_path = Path(template_path) if template_path is not None else DEFAULT_TEMPLATE
+    if not template_path.is_file():
+        raise ValueError(
+            f"`template_path` {str(template_path)!r} does not exist: pass the path of a Jinja2 card "
+            "template, or leave it unset for the package's own (model_card_template.md)."
+        )
+    if repo_id is not None and not re.fullmatch(r"[\w.-]+/[\w.-]+", repo_id):
+        raise ValueError(f"`repo_id` must look like 'namespace/name', got {repo_id!r}.")
+    return template_path
+
+
+def _bleu_rows(results: dict) -> list[dict]:
+    """The card's BLEU table: one row per split, and one per lowercased score."""
+    # "|" separates Markdown table cells, even inside a code span: the signature's bars are escaped.
+    return [
+        {
+            "split": (entry.get("split") or key) + label,
+            "score": scored["score"],
+            "signature_md": scored["signature"].replace("|", "\\|"),
+        }
+        for key, entry in results["bleu"].items()
+        for label, scored in (("", entry), (", lowercased", entry.get("lowercase")))
+        if scored
+    ]
 
 
 def write_attention_figure(model, tokenizer, sentence: str, output_dir, split: str | None = None) -> dict | None:
