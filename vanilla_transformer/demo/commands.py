@@ -26,10 +26,8 @@ def add_demo_parser(commands) -> None:
     d = commands.add_parser(
         "demo",
         help="a web page that translates and shows attention, beam search steps and word alignment",
-        description="Serve a Gradio page for a model: translate what a visitor types (the model's decoding, or "
-        "greedy / beam / sampling), with its cross-, encoder and decoder attention per layer and head, the beam "
-        "search step by step, and a word alignment read from the cross-attention. Needs the demo extra (pip install "
-        "'.[demo]' in the clone). See docs/demo.md.",
+        description="Serve a Gradio page that translates what a visitor types and shows the model's attention, its "
+        "beam search step by step and a word alignment (the demo extra; docs/demo.md).",
     )
     d.add_argument(
         "--model",
@@ -62,9 +60,8 @@ def add_demo_parser(commands) -> None:
         "--requirement",
         default=None,
         metavar="SPEC",
-        help="with --write_space: the line of the Space's requirements.txt that installs this package, e.g. "
-        "'vanilla-transformer[demo] @ git+https://github.com/YOUR_NAME/vanilla-transformer' (default: the same line "
-        "with the Repository URL of the package's metadata; required where the metadata records none)",
+        help="with --write_space: the Space's requirements.txt line that installs this package (default: from the "
+        "package's Repository URL; docs/demo.md)",
     )
     add_decoding_options(d, sampling=False)  # the page's "model default" decoding
     add_checkpoint_options(d)

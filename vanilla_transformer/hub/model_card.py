@@ -1,7 +1,7 @@
 """Writes the Hub model card (README.md) of a trained model from its config and its run's results.
 
-The card is `model_card_template.md` (package data, beside this module), a Jinja2 template rendered by `huggingface_hub.ModelCard.from_template`,
-so the YAML metadata (languages, license, `library_name`, `pipeline_tag`, tags, datasets, metrics and the
+The card is `model_card_template.md` (package data, beside this module), a Jinja2 template rendered by
+`huggingface_hub.ModelCard.from_template`, so the YAML metadata (languages, license, `library_name`, `pipeline_tag`, tags, datasets, metrics and the
 `model-index` with the BLEU scores) is produced by huggingface_hub's own `ModelCardData` / `EvalResult` and
 parses back with `ModelCard.load`. What this module adds is the content: which paper choices the config keeps
 or changes, the run's data, hyper-parameters, hardware and scores.

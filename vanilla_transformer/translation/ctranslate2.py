@@ -1,66 +1,12 @@
-"""Export a trained model to CTranslate2, and translate with the exported model.
+"""Export a trained model to CTranslate2 (`export_ctranslate2`), and translate with the export
+(`translate_ctranslate2`, `CTranslate2Model`): the same tokens as `generate`, faster on a CPU.
 
-CTranslate2 is the inference engine that OpenNMT, Argos Translate / LibreTranslate and Opus-MT deployments serve
-translation models with; on a CPU it decodes the same weights faster than `model.generate` (docs/performance.md,
-"CTranslate2"). Its bundled converters know Marian, BART, ... but not this package, so the model is written here
-through CTranslate2's own specification API (`ctranslate2.specs.TransformerSpec` and a
-`ctranslate2.converters.Converter`):
-
-    vanilla-transformer export ctranslate2 runs/en-de runs/en-de-ct2 [--quantization int8]
-    vanilla-transformer translate --engine ctranslate2 --model runs/en-de-ct2 < test.en > test.de
-
-or from Python, `export_ctranslate2(model_dir, output_dir)` and `translate_ctranslate2(output_dir, sentences)`.
-Needs the `ct2` extra: `pip install ".[ct2]"` in the clone of vanilla-transformer.
-
-What the export maps (the paper's model, section 3): N encoder and decoder layers, post-norm (or pre-norm with the
-final norms, `normalize_before`), ReLU (or the configured activation), W_Q/W_K/W_V/W_O without biases (or with,
-`attention_bias`), the FFN with its biases, the embedding matrix shared by encoder input, decoder input and the
-pre-softmax projection (section 3.4, stored once: CTranslate2 aliases equal weights), the sqrt(d_model) scale, and
-the sinusoidal positions of section 3.5 **written into the model as a table**: CTranslate2's built-in sinusoid puts
-all sines before all cosines, this model interleaves them, so its own table would give other numbers. The table has
-`source_limit + offset` rows (the longest source `translate` accepts, the config's `input_length_limit`: default 1024
-tokens, plus the 50 tokens the maximum output length adds); CTranslate2 refuses a longer sequence ("No position encodings are defined for positions
->= N"), which `translate_ctranslate2` never sends: it truncates longer sources as `translate` does (with a warning
-naming the line) and never asks for more output tokens than the table has. Learned positions
-(`position_embedding_type="learned"`) are written as they are, with `max_position_embeddings` rows.
-
-The tokenizer goes along (`tokenizer.json`; CTranslate2 takes tokens, not text) and so do the decoding settings of
-the model's generation config (`vanilla_transformer_ct2.json`: its beam size and length penalty, maximum output
-length source + 50 tokens, section 6.1). Translating with the export needs `ctranslate2` and `tokenizers` only: no torch,
-no transformers.
-
-**Same tokens as `generate`.** CTranslate2's beam search is the one `generate` runs with `early_stopping=True`: the
-2 x beam best continuations are scored, the `</s>` ones among the best `beam` are finished (score / length **
-length_penalty, `</s>` counted in the length: hence `return_end_token=True`), the best `beam` others go on, and a
-sentence is done once `beam` hypotheses are finished. Where the two differ is the length limit: `generate` forces
-`</s>` when a hypothesis reaches source length + 50 tokens, *per sentence* (`SourceLengthLimit`), while
-CTranslate2 has one `max_decoding_length` per call and, at that last step, finishes the best `beam` continuations
-whatever their token. So `translate_ctranslate2`, for beam search,
-
-1. decodes sentences of one source length together, with `max_decoding_length` = their limit - 1 (one token
-   short of the forced `</s>`). A search that stopped before that last step is the one `generate` runs. For one
-   that reached it, the hypotheses finished at the last step are the ones `generate` completes with its forced
-   `</s>` (one more token in the length), unless `beam` hypotheses ending in `</s>` were already finished (then
-   `generate` stops without them); the best `beam` hypotheses returned mostly decide which one `generate` returns;
-2. where they do not, decodes the sentence again with `patience=2`: the same search (the stopping rule, `beam`
-   finished, had not fired before the last step) returning every finished hypothesis (at most 2 x beam - 1).
-
-Greedy search needs none of this: its tokens do not depend on the limit, so batches mix lengths and each output
-is cut where `generate` forces `</s>`. A trained model rarely reaches the limit.
-
-With an explicit maximum (`max_new_tokens`) `generate` has no per-sentence rule and stops at that length exactly as
-CTranslate2 does. Checked by the tests: greedy and beam-4 tokens equal `generate`'s, scores to 1e-4.
-
-**The GNMT penalty has no CTranslate2 counterpart.** CTranslate2 divides by length ** alpha only; a model whose
-generation config decodes with `length_penalty_form="gnmt"` (the WMT14 presets: the paper's decoding) is refused at
-export with a one-line error, unless the export is asked for the length form (`--length_penalty_form length`, and
-`--length_penalty`): its scores and, at times, its translations then differ from the model's own decoding, by choice.
-`translate --engine ctranslate2 --length_penalty_form gnmt` is refused likewise.
-
-**torch and CTranslate2 in one process.** Both ship their own OpenMP runtime. When torch is imported first,
-CTranslate2's threads run in torch's runtime and both are slower; `import_ctranslate2()` (used by everything here)
-loads CTranslate2 with its own runtime when torch is already loaded (`RTLD_DEEPBIND`), and the benchmark times each
-engine in its own process.
+CTranslate2's converters do not know this model, so it is written through CTranslate2's specification API: the
+layers of section 3.1, the shared embedding of section 3.4 (stored once), and the sinusoids of section 3.5 as an
+explicit table (CTranslate2's built-in one orders sines and cosines otherwise). Beam search matches `generate`'s
+per-sentence length limit (section 6.1: source length + 50) by decoding sentences of one source length together;
+the GNMT length penalty has no CTranslate2 counterpart and is refused. docs/sharing.md ("Serving with CTranslate2")
+says how each part matches `generate`; docs/performance.md gives the speed. Needs the `ct2` extra.
 """
 
 from __future__ import annotations
@@ -232,8 +178,8 @@ def _generation_settings(generation, tokenizer, source_limit: int, table_length:
     if form != "length" and (generation.num_beams or 1) > 1:
         raise ValueError(
             f"the model decodes with the {form} length penalty (generation_config.length_penalty_form={form!r}), "
-            "which CTranslate2 does not have (it divides by length ** alpha): export with --length_penalty_form length "
-            "(and --length_penalty ALPHA) to decode with that form, or translate with --engine transformers."
+            "which CTranslate2 does not have (it divides by length ** alpha): export with --length_penalty_form "
+            "length (and --length_penalty ALPHA) to decode with that form, or translate with --engine transformers."
         )
     early_stopping = getattr(generation, "early_stopping", True)
     if (generation.num_beams or 1) > 1 and early_stopping is not True:
@@ -280,7 +226,7 @@ def export_ctranslate2(
     compute type is chosen when loading, see `translate_ctranslate2`). The directory is written beside its final
     place and moved there when complete; an existing one is an error unless `force`.
     `decoding`: generation options written instead of the model's (`num_beams`, `length_penalty`,
-    `length_penalty_form`: `vanilla-transformer export ctranslate2 --num_beams --length_penalty --length_penalty_form`).
+    `length_penalty_form`: `export ctranslate2 --num_beams --length_penalty --length_penalty_form`).
     CTranslate2 has the length ** alpha penalty only: a model whose generation config has the GNMT form is refused
     (ValueError) unless `decoding` sets `length_penalty_form="length"`.
     """
