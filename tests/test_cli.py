@@ -13,8 +13,8 @@ import torch
 from helpers import TINY_SIZES, read_multi30k, subprocess_env, train_steps
 
 from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
-from vanilla_transformer.cli import build_parser, main
-from vanilla_transformer.command_line import read_lines
+from vanilla_transformer.arguments import read_lines
+from vanilla_transformer.commands import build_parser, main
 from vanilla_transformer.data.tokenizer import train_tokenizer
 from vanilla_transformer.translation.loading import load_model
 from vanilla_transformer.translation.precision import fast_attention_implementation
@@ -108,7 +108,7 @@ def test_stdin_to_stdout_in_a_subprocess(checkpoint, lines):
         [
             sys.executable,
             "-m",
-            "vanilla_transformer.cli",
+            "vanilla_transformer.commands",
             "translate",
             "--model",
             str(path),
@@ -453,7 +453,7 @@ def test_errors_are_one_plain_line(directories, capsys, argv, command, flag, mes
 
 def test_an_error_in_a_process_is_one_line_without_traceback():
     result = subprocess.run(
-        [sys.executable, "-m", "vanilla_transformer.cli", "translate", "--model", "/no/such/dir"],
+        [sys.executable, "-m", "vanilla_transformer.commands", "translate", "--model", "/no/such/dir"],
         capture_output=True,
         text=True,
         cwd=ROOT,
@@ -486,7 +486,7 @@ def test_help_imports_no_heavy_module(command):
     imported = {line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines() if line.startswith("import")}
     assert (
         "vanilla_transformer.translation.loading" in imported
-    )  # what cli.py imports: the listing is the one of this process
+    )  # what commands.py imports: the listing is the one of this process
     heavy = sorted(name for name in imported if name.split(".")[0] in HEAVY_MODULES)
     assert heavy == [], heavy
 

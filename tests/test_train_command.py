@@ -441,7 +441,7 @@ def test_the_readmes_own_data_command_trains_a_translator_on_a_corpus_without_a_
     )
     _write_tables(argv, ("fr", "de"), {"train": None, "validation": None, "test": None})
     script = Path(sys.executable).parent / "vanilla-transformer"
-    command = [str(script)] if script.is_file() else [sys.executable, "-m", "vanilla_transformer.cli"]
+    command = [str(script)] if script.is_file() else [sys.executable, "-m", "vanilla_transformer.commands"]
     result = subprocess.run(
         [*command, "train", *argv],
         cwd=tmp_path,

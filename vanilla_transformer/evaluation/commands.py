@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..command_line import (
+from ..arguments import (
     add_checkpoint_options,
     add_decoding_options,
     check_output,

@@ -7,7 +7,7 @@
   batches and evaluation; `schedule.py`: the warm-up schedule (section 5.3);
 - `callbacks.py`: the time limit, the cool-down planned in the time left, and the progress bar of a timed run;
 - `augmentation.py`: per-update augmentation (subword splitting, bidirectional reversal; not in the paper);
-- `checkpoints.py`: names, completeness and discovery of checkpoints; `averaging.py`: checkpoint averaging (section
-  6.1);
+- `averaging.py`: checkpoint averaging (section 6.1), and `commands.py` its command, `vanilla-transformer average`
+  (the checkpoints' names and discovery are vanilla_transformer/checkpoints.py, which the Hub upload reads too);
 - `report.py`: the end-of-run report (test BLEU, averaging, plots, results.json, model card, the Hub).
 """

@@ -24,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-from .checkpoints import last_checkpoint
+from ..checkpoints import last_checkpoint
 from .options import (
     ARGUMENT_CLASSES,
     CPU_FLOAT32,

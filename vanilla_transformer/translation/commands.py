@@ -15,7 +15,7 @@ import importlib.util
 import sys
 from pathlib import Path
 
-from ..command_line import (
+from ..arguments import (
     PROG,
     add_checkpoint_options,
     add_decoding_options,

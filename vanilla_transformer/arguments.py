@@ -335,9 +335,8 @@ def add_decoding_options(
             type=integer,
             default=None,
             metavar="N",
-            help="write the N best hypotheses of each sentence with their scores, one per line: the sentence's index "
-            "from 0, the score, the text, tab-separated (score: beam search's log P / length penalty; greedy and "
-            "sampling: log P); at most the beam size",
+            help="write the N best hypotheses of each sentence (at most the beam size), one per line: the sentence's "
+            "index from 0, the score, the text, tab-separated",
         )
     if sampling:
         group.add_argument(
