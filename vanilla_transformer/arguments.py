@@ -318,8 +318,8 @@ def add_decoding_options(
         "--length_penalty_form",
         choices=tuple(LENGTH_PENALTY_FORMS),
         default=None,
-        help="how the penalty divides a hypothesis' log-probability: "
-        + "; ".join(f"{name}: {what}" for name, what in LENGTH_PENALTY_FORMS.items()),
+        help="the penalty's form: length (log P / |Y| ** alpha) or gnmt (log P / ((5 + |Y|) / 6) ** alpha, the "
+        "paper's); default: the generation config's",
     )
     if max_new_tokens:
         group.add_argument(

@@ -119,28 +119,9 @@ def load_parallel_corpus(
 
     path = Path(source).expanduser()
     if path.is_file():
-        if len(splits) != 1:
-            raise ValueError(
-                f"{_named('source', flags)}={str(source)!r} is a single file, which holds one split, but "
-                f"`splits`={list(splits)} asks for {len(splits)}: pass e.g. `splits=('train',)`, or a directory with "
-                f"one file per split (`train.tsv`, `validation.tsv`, ...)."
-            )
-        if not path.name.removesuffix(".gz").endswith((".tsv", ".jsonl", ".json")):
-            raise ValueError(
-                f"{_named('source', flags)}={str(path)!r} is a file of unknown format: use `.tsv[.gz]` (a header row, "
-                f"then one tab-separated pair per line), `.jsonl[.gz]`, or a directory of `{{split}}.{{lang}}[.gz]` "
-                f"line files."
-            )
-        ds = _load_table_file(path, splits[0], column_names, cache_dir)
-        return datasets.DatasetDict({splits[0]: _to_pair(ds, origin=f"file {str(path)!r}", **pair)})
+        return _load_file(source, path, splits, column_names, cache_dir, flags, pair)
     if path.is_dir():
-        if (path / "dataset_dict.json").is_file() or (path / "state.json").is_file():
-            saved = datasets.load_from_disk(str(path))
-            raw = _pick_splits(saved, splits, split_names, f"the saved dataset {str(path)!r}", flags)
-            return datasets.DatasetDict(
-                {s: _to_pair(ds, origin=f"split {s!r} of {str(path)!r}", **pair) for s, ds in raw.items()}
-            )
-        return _load_split_files(path, splits, split_names, column_names, cache_dir, flags, **pair)
+        return _load_directory(path, splits, split_names, column_names, cache_dir, flags, pair)
     if _looks_like_local_path(str(source)):
         raise ValueError(
             f"{_named('source', flags)}={str(source)!r} does not exist: pass an existing directory of "
@@ -148,6 +129,36 @@ def load_parallel_corpus(
             f"such as 'wmt/wmt14'."
         )
     return _load_hub_dataset(str(source), config_name, splits, split_names, cache_dir, flags, **pair)
+
+
+def _load_file(source, path: Path, splits, column_names, cache_dir, flags, pair) -> datasets.DatasetDict:
+    """`load_parallel_corpus` of a single `.tsv[.gz]`/`.jsonl[.gz]`/`.json` file (`source`, found at `path`): one
+    split."""
+    if len(splits) != 1:
+        raise ValueError(
+            f"{_named('source', flags)}={str(source)!r} is a single file, which holds one split, but "
+            f"`splits`={list(splits)} asks for {len(splits)}: pass e.g. `splits=('train',)`, or a directory with "
+            f"one file per split (`train.tsv`, `validation.tsv`, ...)."
+        )
+    if not path.name.removesuffix(".gz").endswith((".tsv", ".jsonl", ".json")):
+        raise ValueError(
+            f"{_named('source', flags)}={str(path)!r} is a file of unknown format: use `.tsv[.gz]` (a header row, "
+            f"then one tab-separated pair per line), `.jsonl[.gz]`, or a directory of `{{split}}.{{lang}}[.gz]` "
+            f"line files."
+        )
+    ds = _load_table_file(path, splits[0], column_names, cache_dir)
+    return datasets.DatasetDict({splits[0]: _to_pair(ds, origin=f"file {str(path)!r}", **pair)})
+
+
+def _load_directory(path: Path, splits, split_names, column_names, cache_dir, flags, pair) -> datasets.DatasetDict:
+    """`load_parallel_corpus` of a directory: one written by `save_to_disk`, else one of files per split."""
+    if (path / "dataset_dict.json").is_file() or (path / "state.json").is_file():
+        saved = datasets.load_from_disk(str(path))
+        raw = _pick_splits(saved, splits, split_names, f"the saved dataset {str(path)!r}", flags)
+        return datasets.DatasetDict(
+            {s: _to_pair(ds, origin=f"split {s!r} of {str(path)!r}", **pair) for s, ds in raw.items()}
+        )
+    return _load_split_files(path, splits, split_names, column_names, cache_dir, flags, **pair)
 
 
 def _named(argument: str, flags: Mapping[str, str]) -> str:

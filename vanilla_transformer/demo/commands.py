@@ -42,8 +42,8 @@ def add_demo_parser(commands) -> None:
         default=None,
         type=resolve_model,
         metavar="NAME_PATH_OR_REPO",
-        help="a second model shown beside --model (e.g. the averaged model of the same run), loaded with the same "
-        "--device, --revision and --trust_remote_code; it must have --model's vocabulary",
+        help="a second model shown beside --model (e.g. the averaged model of the same run), with --model's "
+        "vocabulary",
     )
     d.add_argument("--host", default="127.0.0.1", help="interface to serve on (default 127.0.0.1: this machine only)")
     d.add_argument("--port", type=int, default=7860, help="port (default 7860; 0 = the first free one from 7860 up)")
