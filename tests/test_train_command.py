@@ -163,7 +163,7 @@ def test_the_command_line_gives_no_traceback_and_exit_status_2(tmp_path):
         assert result.stderr.strip().splitlines() == [
             f"vanilla-transformer train: error: --dataset={str(tmp_path / 'missing')!r} does not exist: pass an "
             "existing directory of `{split}.{lang}[.gz]` files, a .tsv/.jsonl file, a `save_to_disk` directory, or a "
-            "Hub dataset id such as 'wmt/wmt14'."
+            "Hub dataset id such as 'wmt14'."
         ]
         assert list(tmp_path.iterdir()) == []
 
