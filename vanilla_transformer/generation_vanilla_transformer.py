@@ -41,7 +41,8 @@ def check_decoding(
 ) -> None:
     """The one check of the decoding options, for every caller: the command line (before anything loads), the
     library's `translate`, the model's `generate`, the CTranslate2 engine, the training options and the web demo.
-    Each option given (None: not given) must be: `batch_size`, `num_beams`, `n_best`, `max_new_tokens` at least 1
+    Each option given (None: not given) must be: `batch_size`, `num_beams`, `n_best`, `max_new_tokens` integers of at
+    least 1
     (`num_beams` also at most `max_beams` when that is given; `n_best` at most `num_beams` when both are given);
     `length_penalty` finite; `length_penalty_form` one of LENGTH_PENALTY_FORMS, with "gnmt" an alpha of 0 or more
     (its bound on what a running hypothesis can still reach holds for alpha >= 0 only; Wu et al. use 0 to 1);
@@ -60,6 +61,8 @@ def check_decoding(
     ):
         if value is None:
             continue
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"{name(option)} must be an integer, got {value!r}.")
         if option == "num_beams" and max_beams is not None:
             if not 1 <= value <= max_beams:
                 raise ValueError(f"{name(option)} must be between 1 and {max_beams}, got {value}.")

@@ -195,6 +195,7 @@ def _check_arguments(source, target, num_beams, generate_kwargs: dict) -> None:
         raise ValueError(f"`source` must be a non-empty sentence, got {source!r}.")
     if target is not None and (not isinstance(target, str) or not target.strip()):
         raise ValueError(f"`target` must be a non-empty sentence or None (translate the source), got {target!r}.")
+    # Not generation_vanilla_transformer.check_decoding: this module imports nothing from the package (its docstring).
     if num_beams is not None and (isinstance(num_beams, bool) or not isinstance(num_beams, int) or num_beams < 1):
         raise ValueError(f"`num_beams` must be a positive integer or None (the model's own), got {num_beams!r}.")
 

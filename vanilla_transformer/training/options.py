@@ -261,13 +261,14 @@ class RunArguments:
 
     def __post_init__(self):
         check_positive_int("average_last", self.average_last, allow_zero=True)
-        check_positive_int("num_beams", self.num_beams, allow_none=True)
         check_positive_int("test_batch_size", self.test_batch_size)
         if self.keep_checkpoints not in KEEP_CHECKPOINTS:
             raise ValueError(
                 f"`keep_checkpoints` must be one of {list(KEEP_CHECKPOINTS)}, got {self.keep_checkpoints!r}."
             )
-        check_decoding(length_penalty=self.length_penalty, length_penalty_form=self.length_penalty_form)
+        check_decoding(
+            num_beams=self.num_beams, length_penalty=self.length_penalty, length_penalty_form=self.length_penalty_form
+        )
         if isinstance(self.early_stopping, bool):  # a preset's JSON true / false
             self.early_stopping = str(self.early_stopping).lower()
         if self.early_stopping is not None:
