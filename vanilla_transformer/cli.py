@@ -19,7 +19,8 @@ option of the command gets the closest one in its error (vanilla_transformer/com
 
 Each command's parser and function live in the subpackage it belongs to: `translate` and `export` in
 translation/commands.py, `attention` and `score` in evaluation/commands.py, `push` in hub/commands.py, `average` in
-training/averaging.py, `train` in training/command.py (its own `HfArgumentParser`, routed to before this parser);
+training/averaging.py, `train` in training/command.py (its own `HfArgumentParser`, routed to before this parser;
+its `--help` and early checks, training/preflight.py, need neither torch nor transformers either);
 `demo` is here. The console script is `vanilla_transformer_cli.main` (beside this package), which imports the package
 without registering the model with transformers: parsing and `--help` need neither torch nor transformers, and
 `main` registers before the command runs. `python -m vanilla_transformer_cli ...` does the same; `python -m
