@@ -41,6 +41,7 @@ DEFAULT_OUTPUT_DIR = "trainer_output"  # the Trainer's, for an output_dir of Non
 # What a run writes in its output directory before its first checkpoint: the tokenizer it trains, and TensorBoard's
 # logs. A directory holding only these is a run stopped before it saved anything: a new run starts there.
 BEFORE_FIRST_CHECKPOINT = ("tokenizer", "runs")
+NO_TEST_SPLIT = ", or --test_split '' for none"
 TABLE_SUFFIXES = (".tsv", ".tsv.gz", ".jsonl", ".jsonl.gz", ".json")  # data/corpus.py's tables
 # A column name taken for a language code: two lowercase letters (ISO 639-1), optionally a script or region
 # (`pt_BR`, `zh-Hans`).
@@ -375,7 +376,8 @@ def check_data(values: dict, named: set[str]) -> dict:
             found = _split_stems(path)
             raise ValueError(
                 f"--{split}_split {stem!r} does not exist in --dataset {dataset!r} (no {stem}.{{lang}}[.gz], no "
-                f"{stem}.tsv/.jsonl file); it has the splits {found}: pass --{split}_split <one of those>."
+                f"{stem}.tsv/.jsonl file); it has the splits {found}: pass --{split}_split <one of those>"
+                f"{NO_TEST_SPLIT if split == 'test' else ''}."
             )
         else:
             for name in ("src_lang", "tgt_lang"):
