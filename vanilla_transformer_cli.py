@@ -1,4 +1,4 @@
-"""The `vanilla-transformer` console script (pyproject.toml's [project.scripts]): `vanilla_transformer.cli.main`,
+"""The `vanilla-transformer` console script (pyproject.toml's [project.scripts]): `vanilla_transformer.commands.main`
 imported so that parsing the command line waits for neither torch nor transformers.
 
 `import vanilla_transformer` registers the model with transformers' Auto classes, which imports torch and
@@ -17,7 +17,7 @@ import sys
 
 os.environ["VANILLA_TRANSFORMER_REGISTER_LATER"] = "1"  # vanilla_transformer.REGISTER_LATER
 try:
-    from vanilla_transformer.cli import main
+    from vanilla_transformer.commands import main
 finally:
     del os.environ["VANILLA_TRANSFORMER_REGISTER_LATER"]
 

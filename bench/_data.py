@@ -60,12 +60,12 @@ def read_run_split(run_dir: Path, data_dir: Path, split: str):
 
 
 def load_run_average(run_dir: Path, k: int, tmp: str):
-    """The average of the last `k` complete checkpoints of a `train.py` run, written to `tmp` and loaded:
-    (model, number of checkpoints averaged), or None when the run has fewer than two. As `train.py` averages: only
-    checkpoints written during the run's learning-rate cool-down when it had one (`results.json`)."""
+    """The average of the last `k` complete checkpoints of a training run, written to `tmp` and loaded: (model,
+    number of checkpoints averaged), or None when the run has fewer than two. As `vanilla-transformer train`
+    averages: only checkpoints written during the run's learning-rate cool-down when it had one (`results.json`)."""
     from vanilla_transformer import VanillaTransformerForConditionalGeneration
+    from vanilla_transformer.checkpoints import complete_checkpoints
     from vanilla_transformer.training.averaging import average_checkpoints
-    from vanilla_transformer.training.checkpoints import complete_checkpoints
 
     results = json.loads((run_dir / "results.json").read_text())
     after = (results["training"]["hyperparameters"].get("lr_cooldown_updates") or [None])[0]

@@ -5,7 +5,7 @@
 A `small`-preset model (3 + 3 layers, d_model 256, 4 heads; random weights: no trained one is needed to time it) with
 a tokenizer of 8,000 pieces trained on Multi30k; the output is forced to `--tokens` tokens (about 20 German words) with
 `min_new_tokens` = `max_new_tokens`, so that an untrained model decodes as long as a trained one would. Timed, per
-run: `demo.run_translation` (generate with the step recorder, `attention_weights`' teacher-forced forward, the beam
+run: `run_translation` (generate with the step recorder, `attention_weights`' teacher-forced forward, the beam
 steps) and the HTML of the five views (cross, encoder, decoder attention, steps, alignment): what the page's handler
 does. Prints the median of the runs after one warm-up, and the CPU model.
 """
@@ -36,8 +36,10 @@ def main() -> None:
 
     import torch
 
-    from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration, demo
+    from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
     from vanilla_transformer.data.tokenizer import train_tokenizer
+    from vanilla_transformer.demo.computation import Decoding, run_translation
+    from vanilla_transformer.demo.views import alignment_html, attention_html, steps_html
     from vanilla_transformer.translation.precision import cpu_model_name
 
     if args.threads:
@@ -50,16 +52,16 @@ def main() -> None:
     )
     model.set_attn_implementation("eager")  # as build_demo does
     model.eval()
-    decoding = demo.Decoding("beam search", num_beams=args.beams, length_penalty=0.6)
+    decoding = Decoding("beam search", num_beams=args.beams, length_penalty=0.6)
 
     def answer():
         start = time.perf_counter()
-        result = demo.run_translation(
+        result = run_translation(
             model, tokenizer, SENTENCE, decoding, min_new_tokens=args.tokens, max_new_tokens=args.tokens
         )
         middle = time.perf_counter()
-        pages = [demo.attention_html(result.weights, kind) for kind in ("cross", "encoder", "decoder")]
-        pages += [demo.steps_html(result), demo.alignment_html(result.weights)]
+        pages = [attention_html(result.weights, kind) for kind in ("cross", "encoder", "decoder")]
+        pages += [steps_html(result), alignment_html(result.weights)]
         end = time.perf_counter()
         return middle - start, end - middle, sum(len(p) for p in pages), result
 

@@ -43,7 +43,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     port = free_port()
     server = subprocess.Popen(
-        [sys.executable, "-m", "vanilla_transformer.cli", "demo", "--model", args.model, "--port", str(port)],
+        [sys.executable, "-m", "vanilla_transformer.commands", "demo", "--model", args.model, "--port", str(port)],
         env={**os.environ, "GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1"},
     )
     url = f"http://127.0.0.1:{port}/"

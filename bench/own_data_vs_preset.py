@@ -84,7 +84,7 @@ def start(name: str, argv: list[str], log: Path, cpu: int | None = None) -> tupl
     """`vanilla-transformer train ARGV` in a new process (the console script beside this Python, else the module),
     its output to `log`; with `cpu`, pinned to that CPU with one thread (OpenMP's and the tokenizer's)."""
     script = Path(sys.executable).parent / "vanilla-transformer"
-    command = [str(script)] if script.is_file() else [sys.executable, "-m", "vanilla_transformer.cli"]
+    command = [str(script)] if script.is_file() else [sys.executable, "-m", "vanilla_transformer.commands"]
     env = dict(os.environ)
     if cpu is not None:
         env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", RAYON_NUM_THREADS="1")

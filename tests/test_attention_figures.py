@@ -16,7 +16,7 @@ from helpers import BLOCK_PACKAGE, read_multi30k, subprocess_env, tiny_config
 from safetensors.torch import load_file
 
 from vanilla_transformer import VanillaTransformerForConditionalGeneration
-from vanilla_transformer.cli import main
+from vanilla_transformer.commands import main
 from vanilla_transformer.data.tokenizer import train_tokenizer
 from vanilla_transformer.evaluation import attention as attention_figures
 from vanilla_transformer.evaluation.attention import (

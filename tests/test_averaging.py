@@ -10,9 +10,9 @@ from safetensors import safe_open
 from safetensors.torch import load_file
 
 from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
-from vanilla_transformer.cli import main
+from vanilla_transformer.checkpoints import last_complete_checkpoints
+from vanilla_transformer.commands import main
 from vanilla_transformer.training.averaging import average_checkpoints, average_state_dicts
-from vanilla_transformer.training.checkpoints import last_complete_checkpoints
 
 
 TINY = dict(TINY_SIZES, vocab_size=40, d_model=16, encoder_ffn_dim=32, decoder_ffn_dim=32, dropout=0.0)

@@ -3,6 +3,7 @@
 errors; `--help`; `average`; one spelling of every option (underscores; hyphens and the old names parse alike); the
 console script's start without torch, and `import vanilla_transformer`'s registration."""
 
+import argparse
 import re
 import subprocess
 import sys
@@ -13,8 +14,8 @@ import torch
 from helpers import TINY_SIZES, read_multi30k, subprocess_env, train_steps
 
 from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
-from vanilla_transformer.cli import build_parser, main
-from vanilla_transformer.command_line import read_lines
+from vanilla_transformer.arguments import read_lines
+from vanilla_transformer.commands import build_parser, main
 from vanilla_transformer.data.tokenizer import train_tokenizer
 from vanilla_transformer.translation.loading import load_model
 from vanilla_transformer.translation.precision import fast_attention_implementation
@@ -108,7 +109,7 @@ def test_stdin_to_stdout_in_a_subprocess(checkpoint, lines):
         [
             sys.executable,
             "-m",
-            "vanilla_transformer.cli",
+            "vanilla_transformer.commands",
             "translate",
             "--model",
             str(path),
@@ -453,7 +454,7 @@ def test_errors_are_one_plain_line(directories, capsys, argv, command, flag, mes
 
 def test_an_error_in_a_process_is_one_line_without_traceback():
     result = subprocess.run(
-        [sys.executable, "-m", "vanilla_transformer.cli", "translate", "--model", "/no/such/dir"],
+        [sys.executable, "-m", "vanilla_transformer.commands", "translate", "--model", "/no/such/dir"],
         capture_output=True,
         text=True,
         cwd=ROOT,
@@ -486,7 +487,7 @@ def test_help_imports_no_heavy_module(command):
     imported = {line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines() if line.startswith("import")}
     assert (
         "vanilla_transformer.translation.loading" in imported
-    )  # what cli.py imports: the listing is the one of this process
+    )  # what commands.py imports: the listing is the one of this process
     heavy = sorted(name for name in imported if name.split(".")[0] in HEAVY_MODULES)
     assert heavy == [], heavy
 
@@ -591,6 +592,39 @@ def test_help_lists_the_one_spelling_only(capsys):
         assert hyphenated == [], (prefix, hyphenated)
         for action in command._actions:  # every option once, by its one name
             assert len(action.option_strings) <= 2 and all("-" not in o.lstrip("-") for o in action.option_strings)
+
+
+# Issue 50: a `--help` text says what an option or command does in a sentence or two; the details are in the docs.
+HELP_CHARS, DESCRIPTION_CHARS = 200, 250
+
+
+def help_texts(parser, prefix=()):
+    """(where, kind, text) of every description and help string of `parser` and its commands, but `train`'s
+    (tests/test_train_command.py checks its options)."""
+    if parser.description:
+        yield prefix, "description", parser.description
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for choice in action._choices_actions:
+                if choice.dest != "train":
+                    yield (*prefix, choice.dest), "help", choice.help
+            for name, sub in action.choices.items():
+                if name != "train":
+                    yield from help_texts(sub, (*prefix, name))
+        elif action.help not in (None, argparse.SUPPRESS):
+            yield (*prefix, (action.option_strings or [action.dest])[0]), "help", action.help
+
+
+def test_help_texts_are_short():
+    texts = list(help_texts(build_parser()))
+    assert any(kind == "description" and where == ("translate",) for where, kind, _ in texts)  # the walk reaches them
+    assert any(where == ("export", "ctranslate2", "--quantization") for where, _, _ in texts)
+    too_long = [
+        (" ".join(where), kind, len(text))
+        for where, kind, text in texts
+        if len(text) > (DESCRIPTION_CHARS if kind == "description" else HELP_CHARS)
+    ]
+    assert too_long == [], f"shorten these (details go to README.md and docs/): {too_long}"
 
 
 def test_the_console_script_imports_no_torch_and_the_package_registers_on_import():

@@ -19,7 +19,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, 
 from transformers import DataCollatorForSeq2Seq, PreTrainedTokenizerFast
 
 from vanilla_transformer.data.batching import TokenBatchSampler, padding_stats
-from vanilla_transformer.data.corpus import MODEL_INPUT_COLUMNS, load_parallel_corpus, tokenize_corpus
+from vanilla_transformer.data.corpus import MODEL_INPUT_COLUMNS, iter_texts, load_parallel_corpus, tokenize_corpus
 
 
 M30K_SPLITS = {"validation": "val", "test": "test_2016_flickr"}
@@ -108,6 +108,60 @@ def test_plain_directory_keeps_lines_aligned(tmp_path, cache):
     ds = load_parallel_corpus(tmp_path, "en", "de", splits=("train",), cache_dir=cache)["train"]
     assert ds["source"][:] == ["A dog runs.", "Two\rcats.", "End"]
     assert ds["target"][:] == ["Ein Hund rennt.", "Zwei Katzen.", "Ende"]
+
+
+def _lines_one_by_one(path):
+    """A line file's lines as Python's text reader gives them, one at a time: split at "\\n" only, without the line
+    end and a CR before it (what the block reader must reproduce)."""
+    opener = gzip.open if str(path).endswith(".gz") else open
+    with opener(path, "rt", encoding="utf-8", newline="\n") as f:
+        return [line.removesuffix("\n").removesuffix("\r") for line in f]
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_line_files_read_in_blocks_equal_line_by_line(tmp_path, monkeypatch, gz):
+    # Tiny blocks and record batches: block ends fall inside multi-byte characters, between "\r" and "\n", on
+    # "\n"; lines are empty, blank, only "\r", or hold a "\r", a BOM, U+2028; the last has no "\n".
+    from vanilla_transformer.data import corpus
+
+    monkeypatch.setattr(corpus, "_READ_BYTES", 5)
+    monkeypatch.setattr(corpus, "_ROWS_PER_BATCH", 3)
+    en = "\ufeffÄpfel für ☃\r\n\n \n\r\nTwo\rcats.\r\n€€€€\nline\u2028sep\n\u00e9\r\nlast\r\n"
+    de = "a\nb\nc\nd\ne\nf\ng\nh\ni\n"
+    en += "".join(f"x{i} ü\r\n" for i in range(20)) + "z\r"
+    de += "".join(f"y{i} ö\n" for i in range(20)) + "end"
+    for name, text in (("train.en", en), ("train.de", de)):
+        data = text.encode("utf-8")
+        if gz:
+            with gzip.open(tmp_path / f"{name}.gz", "wb") as f:
+                f.write(data)
+        else:
+            (tmp_path / name).write_bytes(data)
+    suffix = ".gz" if gz else ""
+    ds = load_parallel_corpus(tmp_path, "en", "de", splits=("train",), cache_dir=tmp_path / "cache")["train"]
+    assert ds["source"][:] == _lines_one_by_one(tmp_path / f"train.en{suffix}")
+    assert ds["target"][:] == _lines_one_by_one(tmp_path / f"train.de{suffix}")
+    assert len(ds) == 30 and ds["source"][3] == "" and ds["source"][8] == "last" and ds["source"][29] == "z"
+
+
+def test_line_files_cache_follows_the_files(tmp_path):
+    (tmp_path / "train.en").write_text("a\nb\n", encoding="utf-8")
+    (tmp_path / "train.de").write_text("c\nd\n", encoding="utf-8")
+
+    def load():
+        return load_parallel_corpus(tmp_path, "en", "de", splits=("train",), cache_dir=tmp_path / "cache")
+
+    first = load()["train"]
+    assert load()["train"]._fingerprint == first._fingerprint  # read once, then memory-mapped from the cache
+    (tmp_path / "train.en").write_text("a2\nb\n", encoding="utf-8")
+    assert load()["train"]["source"][:] == ["a2", "b"]
+
+
+def test_error_line_file_not_utf8(tmp_path, cache):
+    (tmp_path / "train.en").write_bytes("a\nStra\u00dfe\n".encode("latin-1"))
+    (tmp_path / "train.de").write_text("a\nb\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"train\.en' is not UTF-8 text \(byte 6 is b'\\xdf'\): convert it"):
+        load_parallel_corpus(tmp_path, "en", "de", splits=("train",), cache_dir=cache)
 
 
 def test_plain_and_gz_give_the_same_rows(tmp_path, cache):
@@ -418,6 +472,15 @@ def test_tokenize_num_proc_and_cache(tmp_path, tokenizer, cache):
     assert parallel["input_ids"][:] == serial["input_ids"][:] and len(serial) < len(first)
 
 
+def test_iter_texts_is_every_source_then_every_target(multi30k):
+    # What the tokenizer is trained on: the same strings in the same order as iterating the columns row by row,
+    # also through an index mapping (a selection, a filter).
+    train = multi30k["train"]
+    assert list(iter_texts(train)) == [*train["source"], *train["target"]]
+    picked = train.select([7, 3, 20_000, 5])
+    assert list(iter_texts(picked, ["target"])) == [train[i]["target"] for i in (7, 3, 20_000, 5)]
+
+
 def test_project_tokenizer_works_if_present(multi30k):
     tokenization = pytest.importorskip("vanilla_transformer.data.tokenizer")
     tok = tokenization.train_tokenizer(read_multi30k("val.en.gz") + read_multi30k("val.de.gz"), vocab_size=1000)
@@ -601,6 +664,14 @@ def test_sampler_from_dataset_and_dataloader(multi30k, tokenizer):
     by_columns = TokenBatchSampler.from_dataset(out, 600, seed=2)
     by_ids = TokenBatchSampler.from_dataset(out.select_columns(["input_ids", "labels"]), 600, seed=2)
     assert list(by_columns) == list(by_ids)
+    # Through an indices mapping (what filtering leaves): the lengths of the rows in the dataset's order.
+    picked = out.select(np.random.default_rng(0).permutation(len(out))[: len(out) // 2])
+    sampler = TokenBatchSampler.from_dataset(picked, 600, seed=2)
+    public = picked.with_format("arrow").select_columns(["src_len", "tgt_len"])[:]
+    expected = TokenBatchSampler(public["src_len"].to_numpy(), public["tgt_len"].to_numpy(), 600, seed=2)
+    assert list(sampler) == list(expected) and len(sampler.batches) > 1
+    by_ids = TokenBatchSampler.from_dataset(picked.select_columns(["input_ids", "labels"]), 600, seed=2)
+    assert list(by_ids) == list(expected)
     loader = torch.utils.data.DataLoader(
         out.select_columns(list(MODEL_INPUT_COLUMNS)),
         batch_sampler=by_columns,

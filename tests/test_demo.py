@@ -28,13 +28,27 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 gr = pytest.importorskip("gradio")
 gradio_client = pytest.importorskip("gradio_client")
 
-from vanilla_transformer import (  # noqa: E402
-    VanillaTransformerConfig,
-    VanillaTransformerForConditionalGeneration,
-    demo,  # noqa: E402
-)
-from vanilla_transformer.cli import main  # noqa: E402
+from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration  # noqa: E402
+from vanilla_transformer.commands import main  # noqa: E402
 from vanilla_transformer.data.tokenizer import train_tokenizer  # noqa: E402
+from vanilla_transformer.demo import page as demo_page  # noqa: E402
+from vanilla_transformer.demo import space as demo_space  # noqa: E402
+from vanilla_transformer.demo.computation import (  # noqa: E402
+    TAIL,
+    Decoding,
+    prepare_source,
+    run_translation,
+    vocabulary_difference,
+    word_alignment,
+)
+from vanilla_transformer.demo.page import (  # noqa: E402
+    DEMO_HINT,
+    build_demo,
+    compare_for_page,
+    launch_demo,
+    translate_for_page,
+)
+from vanilla_transformer.demo.views import SHOWN_TOKENS, alignment_html, attention_html  # noqa: E402
 from vanilla_transformer.evaluation.attention import AttentionWeights, attention_weights  # noqa: E402
 
 
@@ -77,7 +91,7 @@ def serve(blocks):
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    _, url, _ = demo.launch_demo(blocks, host="127.0.0.1", port=port, prevent_thread_lock=True, quiet=True)
+    _, url, _ = launch_demo(blocks, host="127.0.0.1", port=port, prevent_thread_lock=True, quiet=True)
     yield url
     blocks.close()
 
@@ -85,14 +99,14 @@ def serve(blocks):
 @pytest.fixture(scope="module")
 def server(model, tokenizer):
     """The page served on a free port of 127.0.0.1 in this process; yields its URL."""
-    yield from serve(demo.build_demo(model, tokenizer, model_name="tiny <b>test</b> model"))
+    yield from serve(build_demo(model, tokenizer, model_name="tiny <b>test</b> model"))
 
 
 @pytest.fixture(scope="module")
 def compare_server(model, model_b, tokenizer):
     """The page comparing `model` ("final") with `model_b`; yields its URL."""
     yield from serve(
-        demo.build_demo(model, tokenizer, model_name="final", compare=(model_b, tokenizer, "later <i>run</i>"))
+        build_demo(model, tokenizer, model_name="final", compare=(model_b, tokenizer, "later <i>run</i>"))
     )
 
 
@@ -141,17 +155,17 @@ def assert_same_weights(shown: dict, expected: dict):
 @pytest.mark.parametrize(
     "decoding",
     [
-        demo.Decoding(),
-        demo.Decoding("greedy"),
-        demo.Decoding("beam search", num_beams=3, length_penalty=1.0),
-        demo.Decoding("sampling", temperature=0.8, top_k=20, seed=7),
+        Decoding(),
+        Decoding("greedy"),
+        Decoding("beam search", num_beams=3, length_penalty=1.0),
+        Decoding("sampling", temperature=0.8, top_k=20, seed=7),
     ],
     ids=lambda d: d.mode.replace(" ", "-"),
 )
 def test_translation_and_steps_are_generates(model, tokenizer, decoding):
     """The page's translation is `generate`'s with the same options; the step view's returned hypothesis is that
     translation, with `generate`'s own score; its heatmaps hold `attention_weights`' numbers."""
-    result = demo.run_translation(model, tokenizer, f"  {SOURCE}\n", decoding)
+    result = run_translation(model, tokenizer, f"  {SOURCE}\n", decoding)
     kwargs = decoding.generate_kwargs()
     if kwargs.get("do_sample"):
         torch.manual_seed(decoding.seed)
@@ -164,7 +178,7 @@ def test_translation_and_steps_are_generates(model, tokenizer, decoding):
     finals = [(step, c) for step in result.steps for c in step.candidates if c.final]
     assert len(finals) == 1
     step, final = finals[0]
-    assert final.tokens == result.weights.target_tokens[-demo.TAIL :]
+    assert final.tokens == result.weights.target_tokens[-TAIL:]
     assert final.length == len(result.weights.target_tokens) == step.index + 1
     if decoding.mode in ("model default", "beam search"):
         beams = kwargs.get("num_beams", model.generation_config.num_beams)
@@ -181,7 +195,7 @@ def test_translation_and_steps_are_generates(model, tokenizer, decoding):
         expected = attention_weights(model, tokenizer, SOURCE, **kwargs)
         assert expected.translation == result.translation
         for kind in ("cross", "encoder", "decoder"):
-            assert_same_weights(cells(demo.attention_html(result.weights, kind), kind), expected_cells(expected, kind))
+            assert_same_weights(cells(attention_html(result.weights, kind), kind), expected_cells(expected, kind))
 
 
 def test_word_alignment_merges_subwords():
@@ -199,21 +213,21 @@ def test_word_alignment_merges_subwords():
         decoder=torch.zeros(1, 1, 3, 3),
         cross=cross,
     )
-    source, target, links = demo.word_alignment(weights)
+    source, target, links = word_alignment(weights)
     assert (source, target) == (["bicycle", "man"], ["Fahrrad"])
     assert links == [(0, 0, pytest.approx((0.5 + 0.6) / 2))]
-    assert 'data-source="0" data-target="0"' in demo.alignment_html(weights)
+    assert 'data-source="0" data-target="0"' in alignment_html(weights)
 
 
 def test_long_input_is_cut_to_the_model_limit(model, tokenizer):
     limit = model.config.input_length_limit(tokenizer)
     assert limit == LIMIT
     text = " ".join(read_multi30k("train.en.gz", 500))
-    source, notice = demo.prepare_source(text, tokenizer, limit)
+    source, notice = prepare_source(text, tokenizer, limit)
     assert len(tokenizer(source)["input_ids"]) <= limit
     assert text.startswith(source) and len(source) < len(text)
     assert f"at most {limit}" in notice
-    assert demo.prepare_source("  \n\t ", tokenizer, limit) == ("", "")
+    assert prepare_source("  \n\t ", tokenizer, limit) == ("", "")
 
 
 # --- the page through its HTTP API -----------------------------------------------------------------------------------
@@ -241,7 +255,7 @@ def test_api_long_paste_is_truncated_with_a_notice(client, tokenizer):
     assert len(words) == 5000
     translation, notice, cross, *_ = translate(client, " ".join(words))
     assert translation and f"at most {LIMIT}" in notice
-    assert len(cells(cross, "cross")[0, "mean"][0]) == min(LIMIT, demo.SHOWN_TOKENS)
+    assert len(cells(cross, "cross")[0, "mean"][0]) == min(LIMIT, SHOWN_TOKENS)
 
 
 def test_api_html_is_text_not_markup(client, model, tokenizer):
@@ -265,11 +279,9 @@ def test_api_bad_options_are_refused_and_the_server_goes_on(client, model, token
     # notice (called directly: the page's sliders cannot send such a value).
     with pytest.raises(gradio_client.exceptions.AppError, match="less than minimum"):
         translate(client, SOURCE, "sampling", 4, 0.6, 0.0, 0, 1.0, 0, 0)
-    translation, notice, *views = demo.translate_for_page(
-        model, tokenizer, SOURCE, "sampling", 4, 0.6, 0.0, 0, 1, 0, 0
-    )
+    translation, notice, *views = translate_for_page(model, tokenizer, SOURCE, "sampling", 4, 0.6, 0.0, 0, 1, 0, 0)
     assert translation == "" and "temperature must be above 0" in notice and views == [""] * 5 + [None]
-    assert demo.translate_for_page(model, tokenizer, SOURCE, "nonsense", 4, 0.6, 1, 0, 1, 0, 0)[1].startswith("\u26a0")
+    assert translate_for_page(model, tokenizer, SOURCE, "nonsense", 4, 0.6, 1, 0, 1, 0, 0)[1].startswith("\u26a0")
     assert translate(client, SOURCE)[0]
 
 
@@ -320,15 +332,15 @@ def test_compare_translates_with_each_model(model, model_b, tokenizer):
     and beam 2) and grids; the decoding controls apply to both; one model's outputs are `translate_for_page`'s."""
     sides = [(model, tokenizer, "final"), (model_b, tokenizer, "later")]
     assert model.generation_config.num_beams != model_b.generation_config.num_beams
-    outputs = demo.compare_for_page(sides, SOURCE, *DEFAULT, 0)
+    outputs = compare_for_page(sides, SOURCE, *DEFAULT, 0)
     assert len(outputs) == 2 + 1 + 2 * 5 + 2
     assert_each_models_own(outputs[:-2], [model, model_b], tokenizer, SOURCE)
     first, second = outputs[-2:]
     assert not torch.equal(first.cross, second.cross)  # two models, two sets of numbers
-    greedy = demo.compare_for_page(sides, SOURCE, "greedy", *DEFAULT[1:], 0)
+    greedy = compare_for_page(sides, SOURCE, "greedy", *DEFAULT[1:], 0)
     assert_each_models_own(greedy[:-2], [model, model_b], tokenizer, SOURCE, num_beams=1)
-    one = demo.compare_for_page(sides[:1], SOURCE, *DEFAULT)
-    assert one[:-1] == demo.translate_for_page(model, tokenizer, SOURCE, *DEFAULT)[:-1]
+    one = compare_for_page(sides[:1], SOURCE, *DEFAULT)
+    assert one[:-1] == translate_for_page(model, tokenizer, SOURCE, *DEFAULT)[:-1]
 
 
 def test_api_compare_shows_both_models(compare_server, model, model_b, tokenizer):
@@ -343,16 +355,16 @@ def test_api_compare_shows_both_models(compare_server, model, model_b, tokenizer
 
 def test_compare_refuses_another_vocabulary(model, model_b, tokenizer, tmp_path, capsys, monkeypatch):
     other = train_tokenizer(read_multi30k("train.en.gz", 500) + read_multi30k("train.de.gz", 500), vocab_size=600)
-    assert demo.vocabulary_difference(tokenizer, tokenizer) == ""
+    assert vocabulary_difference(tokenizer, tokenizer) == ""
     with pytest.raises(ValueError, match="another vocabulary") as refused:
-        demo.build_demo(model, tokenizer, compare=(model_b, other, "other"))
+        build_demo(model, tokenizer, compare=(model_b, other, "other"))
     assert "\n" not in str(refused.value)
     for name, (m, t) in {"a": (model, tokenizer), "b": (model_b, tokenizer), "other": (model_b, other)}.items():
         m.save_pretrained(tmp_path / name)
         t.save_pretrained(tmp_path / name)
     capsys.readouterr()  # save_pretrained's progress bars
     launched = []
-    monkeypatch.setattr(demo, "launch_demo", lambda blocks, **kw: launched.append(blocks))
+    monkeypatch.setattr(demo_page, "launch_demo", lambda blocks, **kw: launched.append(blocks))
     assert main(["demo", "--model", str(tmp_path / "a"), "--compare", str(tmp_path / "other"), "--device", "cpu"]) == 2
     error = capsys.readouterr().err
     lines = [line for line in error.split("\n") if line and "\r" not in line]  # less the weights' loading bars
@@ -423,7 +435,7 @@ def test_browser_shows_the_library_numbers(server, model, tokenizer, tmp_path):
         driver.find_element(By.CSS_SELECTOR, "#vt-translate").click()
         output = driver.find_element(By.CSS_SELECTOR, "#vt-translation textarea")
         wait.until(lambda _: output.get_attribute("value"))
-        expected = demo.run_translation(model, tokenizer, SOURCE)
+        expected = run_translation(model, tokenizer, SOURCE)
         assert output.get_attribute("value") == expected.translation
 
         wait.until(lambda d: d.execute_script(READ_CELLS))
@@ -473,7 +485,7 @@ def test_browser_compare_shows_two_columns(compare_server, model, model_b, token
         box.send_keys(SOURCE)
         driver.find_element(By.CSS_SELECTOR, "#vt-translate").click()
         for suffix, side in (("a", model), ("b", model_b)):
-            expected = demo.run_translation(side, tokenizer, SOURCE)
+            expected = run_translation(side, tokenizer, SOURCE)
             output = driver.find_element(By.CSS_SELECTOR, f"#vt-translation-{suffix} textarea")
             wait.until(lambda _, output=output: output.get_attribute("value"))
             assert output.get_attribute("value") == expected.translation
@@ -521,12 +533,12 @@ def test_the_space_installs_the_package_from_its_repository(capsys, tmp_path, mo
     """The package is not on PyPI: the Space's requirement is a git URL of the repository that the package's metadata
     records (pyproject.toml's [project.urls] Repository), or --requirement; with neither, a one-line error and
     nothing written."""
-    monkeypatch.setattr(demo.space, "repository_url", lambda: None)
+    monkeypatch.setattr(demo_space, "repository_url", lambda: None)
     assert main(["demo", "--model", "a/b", "--write_space", str(tmp_path / "none")]) == 2
     error = capsys.readouterr().err
     assert error.count("\n") == 1 and "--write_space needs --requirement" in error
     assert not (tmp_path / "none").exists()
-    monkeypatch.setattr(demo.space, "repository_url", lambda: "https://github.com/someone/vanilla-transformer")
+    monkeypatch.setattr(demo_space, "repository_url", lambda: "https://github.com/someone/vanilla-transformer")
     assert main(["demo", "--model", "a/b", "--write_space", str(tmp_path / "url")]) == 0
     requirements = (tmp_path / "url" / "requirements.txt").read_text().splitlines()
     assert requirements[0] == "vanilla-transformer[demo] @ git+https://github.com/someone/vanilla-transformer"
@@ -559,4 +571,4 @@ def test_cli_checks_options_before_loading(capsys, tmp_path, monkeypatch):
     (model_dir / "tokenizer.json").write_text("{}")
     assert main(["demo", "--model", str(model_dir)]) == 2
     error = capsys.readouterr().err
-    assert error.count("\n") == 1 and demo.DEMO_HINT in error  # the cli says it in the demo's words
+    assert error.count("\n") == 1 and DEMO_HINT in error  # the cli says it in the demo's words

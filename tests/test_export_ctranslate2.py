@@ -25,7 +25,7 @@ except ImportError as error:
         allow_module_level=True,
     )
 
-from vanilla_transformer.cli import main  # noqa: E402
+from vanilla_transformer.commands import main  # noqa: E402
 from vanilla_transformer.data.tokenizer import train_tokenizer  # noqa: E402
 from vanilla_transformer.translation.ctranslate2 import (  # noqa: E402
     CTranslate2Model,

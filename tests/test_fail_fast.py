@@ -19,7 +19,7 @@ import torch
 from helpers import read_multi30k, subprocess_env, tiny_config, train_steps
 
 import vanilla_transformer
-from vanilla_transformer.cli import main
+from vanilla_transformer.commands import main
 from vanilla_transformer.data.tokenizer import train_tokenizer
 from vanilla_transformer.modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from vanilla_transformer.translation import translate as translate_module

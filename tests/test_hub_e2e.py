@@ -33,7 +33,7 @@ from safetensors.torch import save_file
 from transformers import AutoModel, AutoModelForSeq2SeqLM, AutoTokenizer
 
 from vanilla_transformer import VanillaTransformerForConditionalGeneration, VanillaTransformerModel
-from vanilla_transformer.cli import main as cli_main
+from vanilla_transformer.commands import main as cli_main
 from vanilla_transformer.hub.push import DEFAULT_COMMIT_MESSAGE, ensure_repo, files_to_push, push_run
 
 

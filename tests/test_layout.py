@@ -1,5 +1,5 @@
 """The package's layout as DESIGN.md states it: no import cycle between its modules, remote-code files that import
-only torch, transformers and each other, and a training layer of functions one can read at once."""
+only torch, transformers and each other, the floors of docs/architecture.md, and functions one can read at once."""
 
 import ast
 import sys
@@ -68,16 +68,22 @@ def test_remote_code_files_import_only_torch_transformers_and_each_other():
                 assert all(name.split(".")[0] in allowed for name in names), (path.name, names)
 
 
-def test_training_functions_fit_in_a_read():
-    """No function of the training layer (training/) is over 80 lines, unless its docstring says why."""
-    paths = [*(PACKAGE / "training").glob("*.py")]
-    long = []
-    for path in paths:
+# The functions allowed over 80 lines, each with its reason (module path inside the package, function name).
+LONG_FUNCTIONS: dict[tuple[str, str], str] = {}
+
+
+def test_functions_fit_in_a_read():
+    """No function of the package is over 80 lines, but those of LONG_FUNCTIONS (tests/ and bench/ are not the
+    package); an allowance no longer needed is removed, so the list says what is still long."""
+    long = set()
+    for path in PACKAGE.rglob("*.py"):
+        if "pretrained" in path.relative_to(PACKAGE).parts:  # the shipped models' copies of the remote code
+            continue
         for node in ast.walk(ast.parse(path.read_text())):
-            too_long = isinstance(node, ast.FunctionDef) and node.end_lineno - node.lineno + 1 > 80
-            if too_long and "long because" not in (ast.get_docstring(node) or ""):
-                long.append(f"{path.name}:{node.name}")
-    assert long == []
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.end_lineno - node.lineno + 1 > 80:
+                long.add((path.relative_to(PACKAGE).as_posix(), node.name))
+    assert sorted(long - LONG_FUNCTIONS.keys()) == [], "over 80 lines: split them, or say why in LONG_FUNCTIONS"
+    assert sorted(LONG_FUNCTIONS.keys() - long) == [], "no longer over 80 lines: remove them from LONG_FUNCTIONS"
 
 
 # docs/architecture.md's floors, lowest first: a module imports only from its own floor or those below it.
@@ -98,8 +104,8 @@ FLOORS = {
         "vanilla_transformer.evaluation.bleu",
         "vanilla_transformer.evaluation.attention",
         "vanilla_transformer.evaluation.metrics_sacrebleu",
-        "vanilla_transformer.training.checkpoints",
-        "vanilla_transformer.command_line",
+        "vanilla_transformer.checkpoints",
+        "vanilla_transformer.arguments",
     ],
     "tools": [
         "vanilla_transformer.training",
@@ -108,11 +114,13 @@ FLOORS = {
         "vanilla_transformer.translation.ctranslate2",
     ],
     "commands": [
-        "vanilla_transformer.cli",
+        "vanilla_transformer.commands",
         "vanilla_transformer.translation.commands",
         "vanilla_transformer.evaluation.commands",
         "vanilla_transformer.hub.commands",
         "vanilla_transformer.training.command",
+        "vanilla_transformer.training.commands",
+        "vanilla_transformer.demo.commands",
         "vanilla_transformer.demo.page",
     ],
 }

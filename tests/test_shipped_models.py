@@ -136,7 +136,7 @@ def test_the_shipped_model_loads_with_only_transformers(package_translations):
 def test_the_readmes_translate_command(package_translations, tmp_path):
     """`echo SENTENCE | vanilla-transformer translate --model multi30k-en-de`, from another directory."""
     result = subprocess.run(
-        [sys.executable, "-m", "vanilla_transformer.cli", "translate", "--model", DEFAULT_MODEL],
+        [sys.executable, "-m", "vanilla_transformer.commands", "translate", "--model", DEFAULT_MODEL],
         input="\n".join(SENTENCES) + "\n",
         cwd=tmp_path,
         env=subprocess_env(),
@@ -149,7 +149,7 @@ def test_the_readmes_translate_command(package_translations, tmp_path):
 
 
 def test_the_demo_serves_the_shipped_model_by_default():
-    from vanilla_transformer.cli import build_parser
+    from vanilla_transformer.commands import build_parser
 
     assert build_parser().parse_args(["demo"]).model == str(PRETRAINED_DIR / DEFAULT_MODEL)
 

@@ -317,6 +317,14 @@ def test_the_readmes_own_data_command_runs_as_written(tmp_path, monkeypatch):
     assert warning.startswith("Not a usable model: after 2 updates its ") and "--max_steps" in warning
 
 
+def test_tokenization_uses_the_cores_for_a_large_corpus_only(monkeypatch):
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
+    assert train.tokenization_processes(None, 29_000) == 1  # Multi30k: one process, no workers to start
+    assert train.tokenization_processes(None, 120_000) == 2
+    assert train.tokenization_processes(None, 4_500_000) == 16  # WMT14: every core
+    assert train.tokenization_processes(3, 4_500_000) == 3  # --preprocessing_num_workers wins
+
+
 def test_without_config_the_recipe_is_the_multi30k_presets_less_their_data():
     """The recipe of a run without --recipe is the evidence of bench/multi30k_search.md: the Multi30k presets' options
     less what names their data (languages, splits, files, output, the length filter); for a corpus of a million pairs
@@ -434,7 +442,7 @@ def test_the_readmes_own_data_command_trains_a_translator_on_a_corpus_without_a_
     )
     _write_tables(argv, ("fr", "de"), {"train": None, "validation": None, "test": None})
     script = Path(sys.executable).parent / "vanilla-transformer"
-    command = [str(script)] if script.is_file() else [sys.executable, "-m", "vanilla_transformer.cli"]
+    command = [str(script)] if script.is_file() else [sys.executable, "-m", "vanilla_transformer.commands"]
     result = subprocess.run(
         [*command, "train", *argv],
         cwd=tmp_path,

@@ -16,7 +16,7 @@ import pytest
 from helpers import subprocess_env
 
 import vanilla_transformer
-from vanilla_transformer.cli import main
+from vanilla_transformer.commands import main
 from vanilla_transformer.training import options, preflight
 
 
@@ -276,7 +276,7 @@ def test_the_help_fits_in_300_lines_and_help_all_keeps_every_option(columns, cap
 
 def test_a_recipes_cpu_float32_values_are_shown_beside_its_own(columns):
     text = " ".join(live_help(["--recipe", "multi30k_en_de_cpu", "--help"]).split())
-    assert "--max_tokens N Token budget" in text
+    assert "--max_tokens N Tokens of a training batch" in text
     assert "(default: 2048; 1024 when training in float32 on a CPU)" in text
 
 

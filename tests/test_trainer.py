@@ -22,13 +22,13 @@ from helpers import TINY_SIZES, read_multi30k, subprocess_env
 from transformers import DataCollatorForSeq2Seq, ProgressCallback, Trainer, TrainerCallback
 
 from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
+from vanilla_transformer.checkpoints import last_checkpoint
 from vanilla_transformer.data.batching import TokenBatchSampler
 from vanilla_transformer.data.corpus import tokenize_corpus
 from vanilla_transformer.data.tokenizer import train_tokenizer
 from vanilla_transformer.evaluation.bleu import compute_bleu, decode_ids
 from vanilla_transformer.loss_vanilla_transformer import label_smoothed_cross_entropy
 from vanilla_transformer.training.callbacks import CooldownPlanner, TimeLimit, TimeLimitProgressCallback
-from vanilla_transformer.training.checkpoints import last_checkpoint
 from vanilla_transformer.training.options import VanillaTrainingArguments
 from vanilla_transformer.training.schedule import noam_learning_rate
 from vanilla_transformer.training.trainer import TESTED_TRANSFORMERS, LabelSmoothedLoss, VanillaTransformerTrainer

@@ -10,7 +10,7 @@ import torch
 from helpers import TINY_SIZES, read_multi30k, train_steps
 
 from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
-from vanilla_transformer.cli import build_parser, main
+from vanilla_transformer.commands import build_parser, main
 
 
 @pytest.fixture(scope="module")
@@ -244,13 +244,14 @@ def test_ctranslate2_export_of_a_gnmt_model(checkpoint, sentences, tmp_path, cap
 
 @pytest.mark.parametrize("mode", ["model default", "beam search"])
 def test_demo_steps_score_with_the_models_penalty_form(checkpoint, sentences, mode):
-    from vanilla_transformer import demo
+    from vanilla_transformer.demo.computation import Decoding, run_translation
+    from vanilla_transformer.demo.views import steps_html
 
     _, model, tokenizer = checkpoint
     model = copy.deepcopy(model)
     model.generation_config.length_penalty_form = "gnmt"
-    decoding = demo.Decoding(mode, num_beams=3, length_penalty=1.0)
-    result = demo.run_translation(model, tokenizer, sentences[0], decoding, max_new_tokens=20)
+    decoding = Decoding(mode, num_beams=3, length_penalty=1.0)
+    result = run_translation(model, tokenizer, sentences[0], decoding, max_new_tokens=20)
     with torch.no_grad():
         out = model.generate(
             **tokenizer(sentences[0], return_tensors="pt"),
@@ -263,7 +264,7 @@ def test_demo_steps_score_with_the_models_penalty_form(checkpoint, sentences, mo
     finals = [c for step in result.steps for c in step.candidates if c.final]
     assert len(finals) == 1 and finals[0].status == "ended"
     assert finals[0].score == pytest.approx(out.sequences_scores[0].item(), abs=1e-5)
-    assert result.length_penalty_form == "gnmt" and "(5 + length) / 6" in demo.steps_html(result)
+    assert result.length_penalty_form == "gnmt" and "(5 + length) / 6" in steps_html(result)
 
 
 def test_the_translation_pipeline_takes_the_form(checkpoint, sentences):

@@ -24,12 +24,16 @@ import gzip
 import itertools
 import logging
 import os
+import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 import datasets
 import numpy as np
+import pyarrow as pa
 import pyarrow.compute as pc
+from datasets.arrow_writer import ArrowWriter
+from datasets.fingerprint import Hasher
 
 
 logger = logging.getLogger(__name__)
@@ -46,6 +50,8 @@ MODEL_INPUT_COLUMNS = ("input_ids", "labels")
 _PAIR_FEATURES = datasets.Features({"source": datasets.Value("string"), "target": datasets.Value("string")})
 _STRING_DTYPES = ("string", "large_string")
 _TABLE_SUFFIXES = (".tsv", ".tsv.gz", ".jsonl", ".jsonl.gz", ".json")
+# Bumped when `_write_line_pairs` writes other rows for the same files: part of its cache key.
+_LINE_FILES_FORMAT = 1
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -113,28 +119,9 @@ def load_parallel_corpus(
 
     path = Path(source).expanduser()
     if path.is_file():
-        if len(splits) != 1:
-            raise ValueError(
-                f"{_named('source', flags)}={str(source)!r} is a single file, which holds one split, but "
-                f"`splits`={list(splits)} asks for {len(splits)}: pass e.g. `splits=('train',)`, or a directory with "
-                f"one file per split (`train.tsv`, `validation.tsv`, ...)."
-            )
-        if not path.name.removesuffix(".gz").endswith((".tsv", ".jsonl", ".json")):
-            raise ValueError(
-                f"{_named('source', flags)}={str(path)!r} is a file of unknown format: use `.tsv[.gz]` (a header row, "
-                f"then one tab-separated pair per line), `.jsonl[.gz]`, or a directory of `{{split}}.{{lang}}[.gz]` "
-                f"line files."
-            )
-        ds = _load_table_file(path, splits[0], column_names, cache_dir)
-        return datasets.DatasetDict({splits[0]: _to_pair(ds, origin=f"file {str(path)!r}", **pair)})
+        return _load_file(source, path, splits, column_names, cache_dir, flags, pair)
     if path.is_dir():
-        if (path / "dataset_dict.json").is_file() or (path / "state.json").is_file():
-            saved = datasets.load_from_disk(str(path))
-            raw = _pick_splits(saved, splits, split_names, f"the saved dataset {str(path)!r}", flags)
-            return datasets.DatasetDict(
-                {s: _to_pair(ds, origin=f"split {s!r} of {str(path)!r}", **pair) for s, ds in raw.items()}
-            )
-        return _load_split_files(path, splits, split_names, column_names, cache_dir, flags, **pair)
+        return _load_directory(path, splits, split_names, column_names, cache_dir, flags, pair)
     if _looks_like_local_path(str(source)):
         raise ValueError(
             f"{_named('source', flags)}={str(source)!r} does not exist: pass an existing directory of "
@@ -142,6 +129,36 @@ def load_parallel_corpus(
             f"such as 'wmt/wmt14'."
         )
     return _load_hub_dataset(str(source), config_name, splits, split_names, cache_dir, flags, **pair)
+
+
+def _load_file(source, path: Path, splits, column_names, cache_dir, flags, pair) -> datasets.DatasetDict:
+    """`load_parallel_corpus` of a single `.tsv[.gz]`/`.jsonl[.gz]`/`.json` file (`source`, found at `path`): one
+    split."""
+    if len(splits) != 1:
+        raise ValueError(
+            f"{_named('source', flags)}={str(source)!r} is a single file, which holds one split, but "
+            f"`splits`={list(splits)} asks for {len(splits)}: pass e.g. `splits=('train',)`, or a directory with "
+            f"one file per split (`train.tsv`, `validation.tsv`, ...)."
+        )
+    if not path.name.removesuffix(".gz").endswith((".tsv", ".jsonl", ".json")):
+        raise ValueError(
+            f"{_named('source', flags)}={str(path)!r} is a file of unknown format: use `.tsv[.gz]` (a header row, "
+            f"then one tab-separated pair per line), `.jsonl[.gz]`, or a directory of `{{split}}.{{lang}}[.gz]` "
+            f"line files."
+        )
+    ds = _load_table_file(path, splits[0], column_names, cache_dir)
+    return datasets.DatasetDict({splits[0]: _to_pair(ds, origin=f"file {str(path)!r}", **pair)})
+
+
+def _load_directory(path: Path, splits, split_names, column_names, cache_dir, flags, pair) -> datasets.DatasetDict:
+    """`load_parallel_corpus` of a directory: one written by `save_to_disk`, else one of files per split."""
+    if (path / "dataset_dict.json").is_file() or (path / "state.json").is_file():
+        saved = datasets.load_from_disk(str(path))
+        raw = _pick_splits(saved, splits, split_names, f"the saved dataset {str(path)!r}", flags)
+        return datasets.DatasetDict(
+            {s: _to_pair(ds, origin=f"split {s!r} of {str(path)!r}", **pair) for s, ds in raw.items()}
+        )
+    return _load_split_files(path, splits, split_names, column_names, cache_dir, flags, **pair)
 
 
 def _named(argument: str, flags: Mapping[str, str]) -> str:
@@ -201,6 +218,16 @@ def _looks_like_local_path(source: str) -> bool:
         or (os.sep != "/" and os.sep in source)
         or source.endswith((".gz", ".tsv", ".jsonl", ".json", ".txt"))
     )
+
+
+def iter_texts(ds: datasets.Dataset, columns: Sequence[str] = ("source", "target")) -> Iterator[str]:
+    """The strings of `columns` of `ds`, all of the first column, then all of the next: the text a shared tokenizer
+    is trained on (`train_tokenizer(iter_texts(dsd["train"]))`). Read from Arrow in record batches: iterating
+    `ds["source"]` formats one row at a time, which made that iteration, not the BPE, the bulk of training a
+    tokenizer on a large corpus."""
+    for column in columns:
+        for batch in ds.select_columns([column]).with_format("arrow").iter(batch_size=_ROWS_PER_BATCH // 10):
+            yield from batch.column(0).to_pylist()
 
 
 def _pick_splits(found, splits, split_names, origin: str, flags) -> dict[str, datasets.Dataset]:
@@ -370,15 +397,78 @@ def _count_lines(path: Path) -> tuple[int, int]:
 
 
 def _file_stamp(path: Path) -> tuple[str, int, int]:
-    # Part of the generator's arguments, hence of the cache key: an edited file is read again.
+    # Part of the cache key of the Arrow file: an edited file is read again.
     stat = path.stat()
     return str(path.resolve()), stat.st_size, stat.st_mtime_ns
 
 
-def _generate_line_pairs(src_stamp, tgt_stamp) -> Iterator[dict[str, str]]:
-    with _open_text(Path(src_stamp[0])) as src, _open_text(Path(tgt_stamp[0])) as tgt:
-        for s, t in zip(src, tgt):
-            yield {"source": _strip_eol(s), "target": _strip_eol(t)}
+_READ_BYTES = 1 << 20  # bytes read at a time from a line file
+_ROWS_PER_BATCH = 100_000  # pairs per Arrow record batch written
+
+
+def _line_lists(path: Path) -> Iterator[list[str]]:
+    """The lines of `path` as `_open_text` and `_strip_eol` split them (at "\n" only, without the line end and a
+    CR before it), in lists, read in binary blocks: cutting a block after its last "\n" never splits a UTF-8
+    character, and `str.split` does the per-line work in C."""
+    opener = gzip.open if path.name.endswith(".gz") else open
+    rest, offset = b"", 0  # `rest` starts at byte `offset` of the (uncompressed) file
+    with opener(path, "rb") as f:
+        while block := f.read(_READ_BYTES):
+            end = block.rfind(b"\n")
+            if end < 0:
+                rest += block
+                continue
+            data, rest = rest + block[: end + 1], block[end + 1 :]
+            text = _decode(data, path, offset)
+            offset += len(data)
+            yield _strip_cr(text.split("\n")[:-1], text)
+    if rest:  # a last line without "\n"
+        text = _decode(rest, path, offset)
+        yield _strip_cr([text], text)
+
+
+def _decode(data: bytes, path: Path, offset: int) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise ValueError(
+            f"Data file {str(path)!r} is not UTF-8 text (byte {offset + error.start} is "
+            f"{data[error.start : error.start + 1]!r}): convert it to UTF-8, e.g. `iconv -f latin1 -t utf-8`."
+        ) from None
+
+
+def _strip_cr(lines: list[str], text: str) -> list[str]:
+    if "\r" not in text:
+        return lines
+    return [line[:-1] if line.endswith("\r") else line for line in lines]
+
+
+def _line_batches(path: Path, size: int = _ROWS_PER_BATCH) -> Iterator[list[str]]:
+    """The lines of `path` in lists of `size` (the last one shorter): two files with as many lines give aligned
+    lists."""
+    pending: list[str] = []
+    for lines in _line_lists(path):
+        pending.extend(lines)
+        while len(pending) >= size:
+            yield pending[:size]
+            del pending[:size]
+    if pending:
+        yield pending
+
+
+def _write_line_pairs(src_file: Path, tgt_file: Path, path: Path) -> None:
+    """The pairs of two line files (with as many lines) into the Arrow file `path`, a record batch at a time."""
+    part = path.with_name(f"{path.name}.{os.getpid()}.{uuid.uuid4().hex}.incomplete")
+    try:
+        with ArrowWriter(features=_PAIR_FEATURES, path=str(part)) as writer:
+            for src, tgt in zip(_line_batches(src_file), _line_batches(tgt_file)):
+                writer.write_table(
+                    pa.table({"source": pa.array(src, pa.string()), "target": pa.array(tgt, pa.string())})
+                )
+            writer.finalize()
+        os.replace(part, path)  # atomic: a concurrent process reads a whole file or writes its own
+    finally:
+        part.unlink(missing_ok=True)
 
 
 def _load_line_files(src_file: Path, tgt_file: Path, split: str, cache_dir) -> datasets.Dataset:
@@ -393,15 +483,18 @@ def _load_line_files(src_file: Path, tgt_file: Path, split: str, cache_dir) -> d
             f"{counts[src_file]} lines, {str(tgt_file)!r} has {counts[tgt_file]}. Line N of one must translate "
             f"line N of the other: fix the files (a sentence with an embedded newline, a truncated download)."
         )
-    # `from_generator` writes Arrow files to the cache, so the corpus is memory-mapped, not held in RAM
-    # (WMT14 has 4.5M pairs), and `Dataset.map` on it can cache its results.
-    return datasets.Dataset.from_generator(
-        _generate_line_pairs,
-        features=_PAIR_FEATURES,
-        gen_kwargs={"src_stamp": _file_stamp(src_file), "tgt_stamp": _file_stamp(tgt_file)},
-        cache_dir=cache_dir,
-        split=datasets.NamedSplit(split),
-    )
+    # Written once to an Arrow file in the cache, keyed by both files' path, size and modification time, and
+    # memory-mapped from there: the corpus is not held in RAM (WMT14 has 4.5M pairs), and `Dataset.map` on it
+    # caches its results beside it. Written a record batch at a time, not row by row through
+    # `Dataset.from_generator`, whose per-row encoding made this the slowest step before tokenization
+    # (bench/README.md, `input_pipeline.py`).
+    key = Hasher.hash([_file_stamp(src_file), _file_stamp(tgt_file), _LINE_FILES_FORMAT])
+    directory = Path(cache_dir or datasets.config.HF_DATASETS_CACHE).expanduser() / "line_files" / key
+    path = directory / f"{split}.arrow"
+    if not path.is_file():
+        directory.mkdir(parents=True, exist_ok=True)
+        _write_line_pairs(src_file, tgt_file, path)
+    return datasets.Dataset.from_file(str(path), split=datasets.NamedSplit(split))
 
 
 def _check_fields(path: Path, header: list[str], stop: int | None = None) -> None:
@@ -672,4 +765,11 @@ def _column(ds: datasets.Dataset, name: str) -> np.ndarray:
     return np.asarray(ds.with_format("arrow")[name].to_numpy())
 
 
-__all__ = ["DEFAULT_SPLITS", "MODEL_INPUT_COLUMNS", "drop_reasons", "load_parallel_corpus", "tokenize_corpus"]
+__all__ = [
+    "DEFAULT_SPLITS",
+    "MODEL_INPUT_COLUMNS",
+    "drop_reasons",
+    "iter_texts",
+    "load_parallel_corpus",
+    "tokenize_corpus",
+]

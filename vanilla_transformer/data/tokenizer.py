@@ -149,6 +149,26 @@ def train_tokenizer(
         to every encoded sequence, so `tokenizer(src, text_target=tgt)` gives `input_ids` and
         `labels` both ending in `</s>`.
     """
+    _check_train_args(texts, vocab_size, min_frequency, model_max_length)
+    tokenizer, n_texts = _train_bpe(texts, vocab_size, min_frequency)
+    wrapped = _wrap(tokenizer, model_max_length)
+    size = len(wrapped)
+    if size < vocab_size:
+        logger.warning(
+            "The corpus (%d texts) is too small to learn a vocabulary of %d tokens with min_frequency=%d: "
+            "training stopped at %d tokens. Build the model with vocab_size=len(tokenizer)=%d.",
+            n_texts,
+            vocab_size,
+            min_frequency,
+            size,
+            size,
+        )
+    else:
+        logger.info("Trained a shared BPE vocabulary of %d tokens on %d texts.", size, n_texts)
+    return wrapped
+
+
+def _check_train_args(texts, vocab_size, min_frequency, model_max_length) -> None:
     if isinstance(texts, (str, bytes)):
         raise ValueError(
             f"`texts` must be an iterable of sentences, got a single {type(texts).__name__} "
@@ -167,6 +187,10 @@ def train_tokenizer(
             f"use the model's `max_position_embeddings`."
         )
 
+
+def _train_bpe(texts: Iterable[str], vocab_size: int, min_frequency: int) -> tuple[Tokenizer, int]:
+    """The BPE `Tokenizer` learned on `texts`, complete (byte fallback, decoder, `</s>` appended), and how many texts
+    it was learned on."""
     n_texts = 0
 
     def counted(lines):
@@ -194,8 +218,12 @@ def train_tokenizer(
     tokenizer = _with_byte_fallback(tokenizer)
     tokenizer.decoder = _decoder()
     tokenizer.post_processor = _post_processor()
+    return tokenizer, n_texts
 
-    wrapped = PreTrainedTokenizerFast(
+
+def _wrap(tokenizer: Tokenizer, model_max_length: int) -> PreTrainedTokenizerFast:
+    """`tokenizer` as the transformers tokenizer the model and the data collator use."""
+    return PreTrainedTokenizerFast(
         tokenizer_object=tokenizer,
         pad_token=PAD,
         bos_token=BOS,
@@ -209,20 +237,6 @@ def train_tokenizer(
         # Decoding already gives the exact text back; the WordPiece-era clean-up would move spaces.
         clean_up_tokenization_spaces=False,
     )
-    size = len(wrapped)
-    if size < vocab_size:
-        logger.warning(
-            "The corpus (%d texts) is too small to learn a vocabulary of %d tokens with min_frequency=%d: "
-            "training stopped at %d tokens. Build the model with vocab_size=len(tokenizer)=%d.",
-            n_texts,
-            vocab_size,
-            min_frequency,
-            size,
-            size,
-        )
-    else:
-        logger.info("Trained a shared BPE vocabulary of %d tokens on %d texts.", size, n_texts)
-    return wrapped
 
 
 def load_tokenizer(name_or_path: str, **kwargs: Any) -> PreTrainedTokenizerFast:

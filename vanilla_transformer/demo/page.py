@@ -98,25 +98,15 @@ def compare_for_page(sides, text, mode, num_beams, length_penalty, temperature, 
 
 def build_demo(model, tokenizer, *, model_name: str = "model", compare: tuple | None = None):
     """The Gradio Blocks of the page for `model` (not launched: `launch_demo` does, with the theme and CSS).
-    The model is switched to eager attention once, so that `attention_weights` need not switch it per request
-    (which concurrent requests would race on).
 
     `compare=(model_b, tokenizer_b, name_b)`: the page translates with both models (each with its own generation
     config by default; the decoding controls apply to both) and shows the two translations and, in every view, the
     two models' views side by side, each column headed by its model's name. `tokenizer_b` must have `tokenizer`'s
     vocabulary (VocabularyMismatch, a ValueError, otherwise: the one check of the two, the command line's too)."""
     gr = import_gradio()
-    sides = [(model, tokenizer, model_name)]
-    if compare is not None:
-        model_b, tokenizer_b, name_b = compare
-        check_same_vocabulary(tokenizer, tokenizer_b, model_name, name_b)
-        sides.append((model_b, tokenizer_b, name_b))
-    for side, _, _ in sides:
-        use_attention(side, "eager")
-        side.eval()
-    config = model.generation_config
+    sides = _sides(model, tokenizer, model_name, compare)
     names = [name for _, _, name in sides]
-    suffixes = [""] if len(sides) == 1 else ["-a", "-b"]
+    suffixes = _suffixes(len(sides))
 
     def handler(*inputs):
         return compare_for_page(sides, *inputs)
@@ -125,28 +115,6 @@ def build_demo(model, tokenizer, *, model_name: str = "model", compare: tuple | 
         if weights is None:
             return ""
         return alignment_html(weights, alignment_layer(layer, weights))
-
-    def side_by_side(make) -> list:
-        """`make(index, suffix)` for each model: as is for one model, else in columns headed by the models' names."""
-        if len(sides) == 1:
-            return [make(0, "")]
-        made = []
-        with gr.Row(equal_height=False):
-            for index, (name, suffix) in enumerate(zip(names, suffixes)):
-                with gr.Column(min_width=0):
-                    gr.Markdown(f"**{html.escape(name)}**", elem_classes="vt-model-name")
-                    made.append(make(index, suffix))
-        return made
-
-    def alignment_column(index, suffix):
-        layers = sides[index][0].config.decoder_layers
-        layer = gr.Dropdown(
-            [(f"layer {i}", i) for i in range(layers)],
-            value=layers - 1,
-            label="Cross-attention layer",
-            elem_id=f"vt-layer{suffix}" if suffix else None,
-        )
-        return layer, gr.HTML(elem_id=f"vt-alignment-view{suffix}")
 
     title = " vs ".join(names)
     heading = (
@@ -171,28 +139,10 @@ def build_demo(model, tokenizer, *, model_name: str = "model", compare: tuple | 
         with gr.Row():
             mode = gr.Radio(list(DECODINGS), value="model default", label="Decoding", elem_id="vt-mode")
             button = gr.Button("Translate", variant="primary", elem_id="vt-translate")
-        with gr.Accordion("Decoding options", open=False):
-            with gr.Row():
-                beams = gr.Slider(1, 16, value=config.num_beams or 1, step=1, label="Beam size (beam search)")
-                penalty = gr.Slider(0.0, 2.0, value=config.length_penalty or 1.0, step=0.1, label="Length penalty")
-            with gr.Row():
-                temperature = gr.Slider(0.1, 2.0, value=1.0, step=0.1, label="Temperature (sampling)")
-                top_k = gr.Slider(0, 100, value=0, step=1, label="Top-k (0 = off)")
-                top_p = gr.Slider(0.05, 1.0, value=1.0, step=0.05, label="Top-p")
-                seed = gr.Number(value=0, precision=0, label="Seed")
+        controls = _decoding_controls(gr, model.generation_config)
         weights = [gr.State(None) for _ in sides]
-        with gr.Tabs():
-            with gr.Tab("Cross-attention", elem_id="vt-tab-cross"):
-                cross = side_by_side(lambda _, suffix: gr.HTML(elem_id=f"vt-cross-view{suffix}"))
-            with gr.Tab("Encoder self-attention", elem_id="vt-tab-encoder"):
-                encoder = side_by_side(lambda _, suffix: gr.HTML(elem_id=f"vt-encoder-view{suffix}"))
-            with gr.Tab("Decoder self-attention", elem_id="vt-tab-decoder"):
-                decoder = side_by_side(lambda _, suffix: gr.HTML(elem_id=f"vt-decoder-view{suffix}"))
-            with gr.Tab("Decoding steps", elem_id="vt-tab-steps"):
-                steps = side_by_side(lambda _, suffix: gr.HTML(elem_id=f"vt-steps-view{suffix}"))
-            with gr.Tab("Word alignment", elem_id="vt-tab-alignment"):
-                layers, alignments = zip(*side_by_side(alignment_column))
-        inputs = [source, mode, beams, penalty, temperature, top_k, top_p, seed, *layers]
+        cross, encoder, decoder, steps, layers, alignments = _views(gr, sides)
+        inputs = [source, mode, *controls, *layers]
         outputs = [*translations, notice, *cross, *encoder, *decoder, *steps, *alignments, *weights]
         button.click(handler, inputs, outputs, api_name="translate")
         source.submit(handler, inputs, outputs, api_name=False)
@@ -200,6 +150,86 @@ def build_demo(model, tokenizer, *, model_name: str = "model", compare: tuple | 
             layer.change(realign, [state, layer], alignment, api_name=False)
     demo.queue(default_concurrency_limit=CONCURRENCY, max_size=QUEUE_SIZE)
     return demo
+
+
+def _sides(model, tokenizer, model_name: str, compare: tuple | None) -> list[tuple]:
+    """(model, tokenizer, name) of each model of the page, the second one's vocabulary checked. Each model is
+    switched to eager attention once, so that `attention_weights` need not switch it per request (which concurrent
+    requests would race on)."""
+    sides = [(model, tokenizer, model_name)]
+    if compare is not None:
+        model_b, tokenizer_b, name_b = compare
+        check_same_vocabulary(tokenizer, tokenizer_b, model_name, name_b)
+        sides.append((model_b, tokenizer_b, name_b))
+    for side, _, _ in sides:
+        use_attention(side, "eager")
+        side.eval()
+    return sides
+
+
+def _suffixes(count: int) -> list[str]:
+    """The suffix of each model's element ids: none for one model, "-a" and "-b" for two."""
+    return [""] if count == 1 else ["-a", "-b"]
+
+
+def _decoding_controls(gr, config) -> list:
+    """The controls after the decoding mode, in the order `translate_for_page` takes them: beam size, length
+    penalty, temperature, top-k, top-p, seed; the first two start at the model's generation config."""
+    with gr.Accordion("Decoding options", open=False):
+        with gr.Row():
+            beams = gr.Slider(1, 16, value=config.num_beams or 1, step=1, label="Beam size (beam search)")
+            penalty = gr.Slider(0.0, 2.0, value=config.length_penalty or 1.0, step=0.1, label="Length penalty")
+        with gr.Row():
+            temperature = gr.Slider(0.1, 2.0, value=1.0, step=0.1, label="Temperature (sampling)")
+            top_k = gr.Slider(0, 100, value=0, step=1, label="Top-k (0 = off)")
+            top_p = gr.Slider(0.05, 1.0, value=1.0, step=0.05, label="Top-p")
+            seed = gr.Number(value=0, precision=0, label="Seed")
+    return [beams, penalty, temperature, top_k, top_p, seed]
+
+
+def _views(gr, sides: list[tuple]) -> tuple:
+    """The five tabs (cross-, encoder and decoder attention, decoding steps, word alignment), each with one view per
+    model: (cross, encoder, decoder, steps, alignment layers, alignments), each a list over the models."""
+
+    def html_view(name):
+        return lambda _, suffix: gr.HTML(elem_id=f"vt-{name}-view{suffix}")
+
+    def alignment_column(index, suffix):
+        layers = sides[index][0].config.decoder_layers
+        layer = gr.Dropdown(
+            [(f"layer {i}", i) for i in range(layers)],
+            value=layers - 1,
+            label="Cross-attention layer",
+            elem_id=f"vt-layer{suffix}" if suffix else None,
+        )
+        return layer, gr.HTML(elem_id=f"vt-alignment-view{suffix}")
+
+    names = [name for _, _, name in sides]
+    with gr.Tabs():
+        with gr.Tab("Cross-attention", elem_id="vt-tab-cross"):
+            cross = _side_by_side(gr, names, html_view("cross"))
+        with gr.Tab("Encoder self-attention", elem_id="vt-tab-encoder"):
+            encoder = _side_by_side(gr, names, html_view("encoder"))
+        with gr.Tab("Decoder self-attention", elem_id="vt-tab-decoder"):
+            decoder = _side_by_side(gr, names, html_view("decoder"))
+        with gr.Tab("Decoding steps", elem_id="vt-tab-steps"):
+            steps = _side_by_side(gr, names, html_view("steps"))
+        with gr.Tab("Word alignment", elem_id="vt-tab-alignment"):
+            layers, alignments = zip(*_side_by_side(gr, names, alignment_column))
+    return cross, encoder, decoder, steps, layers, alignments
+
+
+def _side_by_side(gr, names: list[str], make) -> list:
+    """`make(index, suffix)` for each model: as is for one model, else in columns headed by the models' names."""
+    if len(names) == 1:
+        return [make(0, "")]
+    made = []
+    with gr.Row(equal_height=False):
+        for index, (name, suffix) in enumerate(zip(names, _suffixes(len(names)))):
+            with gr.Column(min_width=0):
+                gr.Markdown(f"**{html.escape(name)}**", elem_classes="vt-model-name")
+                made.append(make(index, suffix))
+    return made
 
 
 def launch_demo(demo, *, host: str | None = DEFAULT_HOST, port: int | None = DEFAULT_PORT, share: bool = False, **kw):

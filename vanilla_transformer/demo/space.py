@@ -12,7 +12,7 @@ SPACE_APP = '''"""A Gradio Space running the vanilla-transformer demo for the mo
 Written by `vanilla-transformer demo --write_space`; see docs/demo.md of vanilla-transformer.
 """
 
-from vanilla_transformer.demo import build_demo, launch_demo
+from vanilla_transformer.demo.page import build_demo, launch_demo
 from vanilla_transformer.translation.loading import load_model
 
 

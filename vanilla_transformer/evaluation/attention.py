@@ -132,18 +132,9 @@ def attention_weights(
             `logits_processor`, ...). With `return_dict_in_generate=True`, `generate`'s output is kept in
             `AttentionWeights.generation`.
     """
-    if target is not None and generate_kwargs:
-        raise ValueError(
-            f"Options of `generate` ({', '.join(generate_kwargs)}) need `target=None`: nothing is generated."
-        )
-    if not isinstance(source, str) or not source.strip():
-        raise ValueError(f"`source` must be a non-empty sentence, got {source!r}.")
-    if target is not None and (not isinstance(target, str) or not target.strip()):
-        raise ValueError(f"`target` must be a non-empty sentence or None (translate the source), got {target!r}.")
-    if num_beams is not None and (isinstance(num_beams, bool) or not isinstance(num_beams, int) or num_beams < 1):
-        raise ValueError(f"`num_beams` must be a positive integer or None (the model's own), got {num_beams!r}.")
-    # Without outer whitespace, as the model was trained (train.py strips every sentence) and as `translate` gives
-    # it: the tokenizer keeps spaces, and a lone "▁" the model never saw would be drawn and attended to.
+    _check_arguments(source, target, num_beams, generate_kwargs)
+    # Without outer whitespace, as the model was trained (`vanilla-transformer train` strips every sentence) and as
+    # `translate` gives it: the tokenizer keeps spaces, and a lone "▁" the model never saw would be drawn.
     source = source.strip()
     target = target.strip() if target is not None else None
     # The config's rule (configuration_vanilla_transformer.py), read from the model: this module imports nothing of
@@ -159,7 +150,6 @@ def attention_weights(
     start = model.config.decoder_start_token_id
     if start is None:
         start = model.generation_config.decoder_start_token_id
-    eos = tokenizer.eos_token_id
     device = model.device
     input_ids = torch.tensor([source_ids], device=device)
     was_training = model.training
@@ -169,14 +159,7 @@ def attention_weights(
             kwargs = {"num_beams": num_beams} if num_beams is not None else {}
             if max_new_tokens is not None:
                 kwargs["max_new_tokens"] = max_new_tokens
-            generation = model.generate(
-                input_ids=input_ids, attention_mask=torch.ones_like(input_ids), **kwargs, **generate_kwargs
-            )
-            sequence = (generation.sequences if hasattr(generation, "sequences") else generation)[0]
-            generation = generation if hasattr(generation, "sequences") else None
-            target_ids = sequence.tolist()[1:]  # generate starts every sequence with the decoder start token
-            if eos in target_ids:
-                target_ids = target_ids[: target_ids.index(eos) + 1]
+            target_ids, generation = _generated_ids(model, input_ids, tokenizer.eos_token_id, kwargs | generate_kwargs)
         else:
             target_ids, generation = tokenizer(text_target=target, verbose=False)["input_ids"], None
         if limit is not None and len(target_ids) > limit:
@@ -188,16 +171,7 @@ def attention_weights(
         outputs = _forward_with_weights(model, input_ids, torch.tensor([decoder_input_ids], device=device))
     finally:
         model.train(was_training)
-    weights = {}
-    for kind, name in (
-        ("encoder", "encoder_attentions"),
-        ("decoder", "decoder_attentions"),
-        ("cross", "cross_attentions"),
-    ):
-        per_layer = getattr(outputs, name, None)
-        if not per_layer:
-            raise ValueError(f"The model returned no `{name}` with output_attentions=True: it cannot be drawn.")
-        weights[kind] = torch.stack([w[0] for w in per_layer]).float().cpu()
+    weights = _stacked_weights(outputs)
     translation = target if target is not None else tokenizer.decode(target_ids, skip_special_tokens=True).strip()
     return AttentionWeights(
         source=source,
@@ -209,6 +183,47 @@ def attention_weights(
         generation=generation,
         **weights,
     )
+
+
+def _check_arguments(source, target, num_beams, generate_kwargs: dict) -> None:
+    """`attention_weights`' arguments, each refused with a ValueError naming it."""
+    if target is not None and generate_kwargs:
+        raise ValueError(
+            f"Options of `generate` ({', '.join(generate_kwargs)}) need `target=None`: nothing is generated."
+        )
+    if not isinstance(source, str) or not source.strip():
+        raise ValueError(f"`source` must be a non-empty sentence, got {source!r}.")
+    if target is not None and (not isinstance(target, str) or not target.strip()):
+        raise ValueError(f"`target` must be a non-empty sentence or None (translate the source), got {target!r}.")
+    if num_beams is not None and (isinstance(num_beams, bool) or not isinstance(num_beams, int) or num_beams < 1):
+        raise ValueError(f"`num_beams` must be a positive integer or None (the model's own), got {num_beams!r}.")
+
+
+def _generated_ids(model, input_ids: torch.Tensor, eos: int, generate_kwargs: dict) -> tuple[list[int], object]:
+    """(the model's translation of `input_ids` as target ids up to its </s>, `generate`'s output when it returned a
+    dict, else None)."""
+    generation = model.generate(input_ids=input_ids, attention_mask=torch.ones_like(input_ids), **generate_kwargs)
+    sequence = (generation.sequences if hasattr(generation, "sequences") else generation)[0]
+    generation = generation if hasattr(generation, "sequences") else None
+    target_ids = sequence.tolist()[1:]  # generate starts every sequence with the decoder start token
+    if eos in target_ids:
+        target_ids = target_ids[: target_ids.index(eos) + 1]
+    return target_ids, generation
+
+
+def _stacked_weights(outputs) -> dict[str, torch.Tensor]:
+    """{"encoder", "decoder", "cross"} -> the forward pass's weights of the one sentence, [layers, heads, ...]."""
+    weights = {}
+    for kind, name in (
+        ("encoder", "encoder_attentions"),
+        ("decoder", "decoder_attentions"),
+        ("cross", "cross_attentions"),
+    ):
+        per_layer = getattr(outputs, name, None)
+        if not per_layer:
+            raise ValueError(f"The model returned no `{name}` with output_attentions=True: it cannot be drawn.")
+        weights[kind] = torch.stack([w[0] for w in per_layer]).float().cpu()
+    return weights
 
 
 def use_attention(model, implementation: str) -> str | None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..command_line import (
+from ..arguments import (
     add_checkpoint_options,
     add_decoding_options,
     check_output,
@@ -30,10 +30,8 @@ def add_attention_parser(commands) -> None:
     a = commands.add_parser(
         "attention",
         help="draw what the model attends to (the paper's Figures 3-5) for one sentence",
-        description="Translate SOURCE (beam search) or take --target, and draw the model's attention weights into a "
-        "PNG: cross-attention as source x target heatmaps (one panel per head and their mean), or encoder / decoder "
-        "self-attention as lines between the tokens of the sentence written twice, one colour per head, as in the "
-        "paper's appendix. Layers and heads count from 0.",
+        description="Translate SOURCE (or take --target) and draw the model's attention weights as the paper's "
+        "Figures 3-5 do: cross-attention heatmaps, or self-attention lines (docs/attention.md).",
     )
     a.add_argument("source", metavar="SOURCE", help="the source sentence")
     a.add_argument(
@@ -145,10 +143,8 @@ def add_score_parser(commands) -> None:
     s = commands.add_parser(
         "score",
         help="BLEU of a translation file: sacreBLEU, and the paper's tokenized BLEU (--lang)",
-        description="Score one translation per line against one reference per line. sacreBLEU (cased, detokenized, "
-        "13a) is the figure this package reports; with --lang, also the paper's Table 2 method (Moses tokenizer, "
-        "compound words split, multi-bleu.perl: tokenized BLEU), which scores higher and is comparable only with "
-        "papers that used it (27.3 / 28.4 on newstest2014 EN-DE).",
+        description="Score one translation per line against one reference per line with sacreBLEU (cased, "
+        "detokenized, 13a), the figure this package reports; --lang adds the paper's tokenized BLEU (README.md).",
     )
     s.add_argument("--hypotheses", required=True, metavar="FILE", help="translations, one per line ('-' = stdin)")
     s.add_argument("--references", required=True, metavar="FILE", help="references, one per line, in the same order")

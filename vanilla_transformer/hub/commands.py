@@ -19,10 +19,8 @@ def add_push_parser(commands) -> None:
     p = commands.add_parser(
         "push",
         help="publish a trained model on the Hugging Face Hub",
-        description="Upload a training run's output directory in one commit: weights (safetensors), config with "
-        "auto_map, generation config, remote code with the translation pipeline, tokenizer, model card written from "
-        "results.json, plots and results.json; never checkpoints, optimizer states, training_args.bin, TensorBoard "
-        "runs or hypotheses. The token is checked before anything is uploaded.",
+        description="Upload a training run's model, tokenizer, remote code and model card to the Hub in one commit, "
+        "never its checkpoints or optimizer states (docs/sharing.md).",
     )
     p.add_argument(
         "output_dir",
@@ -56,14 +54,14 @@ def add_push_parser(commands) -> None:
         "--results",
         default=None,
         metavar="FILE",
-        help="results JSON the model card is written from (default: OUTPUT_DIR/results.json; without one, "
-        "an existing README.md is pushed as is, else a card without results)",
+        help="results JSON the model card is written from (default OUTPUT_DIR/results.json; without one, an existing "
+        "README.md is pushed as is)",
     )
     p.add_argument(
         "--no_prune",
         action="store_true",
-        help="keep training files (training_args.bin, checkpoints, runs/) "
-        "that the Trainer's pushes during training left in the repo; by default the commit deletes them",
+        help="keep the training files (checkpoints, runs/, training_args.bin) that pushes during training left in "
+        "the repo; by default the commit deletes them",
     )
     p.add_argument(
         "--dry_run", action="store_true", help="list the files that would be uploaded and exit (no network)"

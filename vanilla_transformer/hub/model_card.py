@@ -1,12 +1,12 @@
 """Writes the Hub model card (README.md) of a trained model from its config and its run's results.
 
-The card is `model_card_template.md` (package data, beside this module), a Jinja2 template rendered by `huggingface_hub.ModelCard.from_template`,
-so the YAML metadata (languages, license, `library_name`, `pipeline_tag`, tags, datasets, metrics and the
+The card is `model_card_template.md` (package data, beside this module), a Jinja2 template rendered by
+`huggingface_hub.ModelCard.from_template`, so the YAML metadata (languages, license, `library_name`, `pipeline_tag`, tags, datasets, metrics and the
 `model-index` with the BLEU scores) is produced by huggingface_hub's own `ModelCardData` / `EvalResult` and
 parses back with `ModelCard.load`. What this module adds is the content: which paper choices the config keeps
 or changes, the run's data, hyper-parameters, hardware and scores.
 
-The results JSON (written by train.py, read here) is a dict:
+The results JSON (written by `vanilla-transformer train`, training/report.py; read here) is a dict:
 
     {
       "src_lang": "en",                        # required, ISO 639 code of the source language
@@ -28,7 +28,7 @@ The results JSON (written by train.py, read here) is a dict:
       "training": {                            # optional
         "steps": 10000, "epochs": 20.5,        #   optimizer updates, passes over the data
         "train_runtime_s": 3600.0,             #   wall-clock seconds
-        "tokens_per_second": 5200.0,           #   target tokens per second (or whatever train.py measures)
+        "tokens_per_second": 5200.0,           #   target tokens per second (or whatever the run measures)
         "hardware": "2-core CPU",              #   free text
         "hyperparameters": {"learning_rate": 7e-4, "warmup_steps": 4000, ...}   # free key -> value
       },
@@ -312,14 +312,7 @@ def render_model_card(
     """The model card as a `huggingface_hub.ModelCard` (see the module docstring for `results`); `shipped_name`: the
     short name of a model that ships inside the package (`vanilla_transformer/translation/shipped.py`), said in the card."""
     results = load_results(results)
-    template_path = Path(template_path) if template_path is not None else DEFAULT_TEMPLATE
-    if not template_path.is_file():
-        raise ValueError(
-            f"`template_path` {str(template_path)!r} does not exist: pass the path of a Jinja2 card "
-            "template, or leave it unset for the package's own (model_card_template.md)."
-        )
-    if repo_id is not None and not re.fullmatch(r"[\w.-]+/[\w.-]+", repo_id):
-        raise ValueError(f"`repo_id` must look like 'namespace/name', got {repo_id!r}.")
+    template_path = _template(template_path, repo_id)
     src, tgt = results["src_lang"], results["tgt_lang"]
     dataset = _dataset(results)
     averaging = results.get("checkpoint_averaging")
@@ -357,18 +350,8 @@ def render_model_card(
         deviations=paper_deviations(config),
         dataset=dataset,
         comparison=compare_with_paper(config, results.get("tokenizer"), results.get("num_parameters")),
-        # "|" separates Markdown table cells, even inside a code span: the signature's bars are escaped.
-        bleu=[
-            {
-                "split": (entry.get("split") or key) + label,
-                "score": scored["score"],
-                "signature_md": scored["signature"].replace("|", "\\|"),
-            }
-            for key, entry in results["bleu"].items()
-            for label, scored in (("", entry), (", lowercased", entry.get("lowercase")))
-            if scored
-        ],
-        # The validation BLEU curve that train.py plots (bleu.png), pushed beside the card.
+        bleu=_bleu_rows(results),
+        # The validation BLEU curve that training plots (bleu.png), pushed beside the card.
         bleu_curve="bleu.png" if "bleu.png" in (results.get("plots") or ()) else None,
         training=training,
         hyperparameters=_hyperparameter_rows(training.get("hyperparameters") or {}, training.get("steps")),
@@ -382,6 +365,34 @@ def render_model_card(
         shipping=results.get("shipping") or {},
     )
     return ModelCard.from_template(card_data, template_path=str(template_path), **context)
+
+
+def _template(template_path, repo_id: str | None) -> Path:
+    """The card template's path (the package's own when None), once it and `repo_id` are checked."""
+    template_path = Path(template_path) if template_path is not None else DEFAULT_TEMPLATE
+    if not template_path.is_file():
+        raise ValueError(
+            f"`template_path` {str(template_path)!r} does not exist: pass the path of a Jinja2 card "
+            "template, or leave it unset for the package's own (model_card_template.md)."
+        )
+    if repo_id is not None and not re.fullmatch(r"[\w.-]+/[\w.-]+", repo_id):
+        raise ValueError(f"`repo_id` must look like 'namespace/name', got {repo_id!r}.")
+    return template_path
+
+
+def _bleu_rows(results: dict) -> list[dict]:
+    """The card's BLEU table: one row per split, and one per lowercased score."""
+    # "|" separates Markdown table cells, even inside a code span: the signature's bars are escaped.
+    return [
+        {
+            "split": (entry.get("split") or key) + label,
+            "score": scored["score"],
+            "signature_md": scored["signature"].replace("|", "\\|"),
+        }
+        for key, entry in results["bleu"].items()
+        for label, scored in (("", entry), (", lowercased", entry.get("lowercase")))
+        if scored
+    ]
 
 
 def write_attention_figure(model, tokenizer, sentence: str, output_dir, split: str | None = None) -> dict | None:

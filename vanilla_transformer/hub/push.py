@@ -16,11 +16,11 @@ also holds the tokenizer) in ONE commit, with `HfApi.upload_folder`. What goes u
                                      and the modules they import relatively, nothing else
     tokenizer.json, tokenizer_config.json, special_tokens_map.json, ...   the tokenizer files that exist
     README.md                        the model card, rendered from results.json (see below)
-    results.json, *.png              the run's scores and plots (train.py's `finish()`)
+    results.json, *.png              the run's scores and plots (training/report.py)
 
 and nothing else: no `checkpoint-*` folders, optimizer/scheduler/RNG states, training_args.bin,
 trainer_state.json, TensorBoard `runs/`, test hypotheses (`*.hyp.*`), nor the `tokenizer/` and `averaged/`
-sub-folders of a train.py run. The Trainer's own pushes during training (`hub_strategy`) upload its whole output
+sub-folders of a `vanilla-transformer train` run. The Trainer's own pushes during training (`hub_strategy`) upload its whole output
 directory; with `prune=True` (the default) the commit also deletes such training files from the repo
 (`NEVER_PUBLISHED`, as `upload_folder`'s delete patterns), so that the published revision holds exactly the files
 above (plus the Hub's `.gitattributes`).
@@ -49,8 +49,8 @@ from huggingface_hub import HfApi, constants
 from huggingface_hub.errors import HfHubHTTPError
 from huggingface_hub.utils import get_token
 
+from ..checkpoints import TRAINING_STATE_FILES
 from ..configuration_vanilla_transformer import VanillaTransformerConfig
-from ..training.checkpoints import TRAINING_STATE_FILES
 from ..translation.shipped import PRETRAINED_DIR
 
 
@@ -282,14 +282,14 @@ def files_to_push(output_dir) -> dict[str, Path]:
     out = Path(output_dir)
     if not out.is_dir():
         raise ValueError(
-            f"`output_dir`={str(output_dir)!r} is not a directory: pass a train.py output directory or "
+            f"`output_dir`={str(output_dir)!r} is not a directory: pass the --output_dir of `vanilla-transformer train` or "
             f"a `save_pretrained` directory that also holds the tokenizer."
         )
     config_path = out / "config.json"
     if not config_path.is_file():
         raise ValueError(
-            f"`output_dir`={str(output_dir)!r} has no config.json: it is not a saved model (train.py "
-            f"writes the final model at the top of its --output_dir when training ends)."
+            f"`output_dir`={str(output_dir)!r} has no config.json: it is not a saved model (`vanilla-transformer "
+            f"train` writes the final model at the top of its --output_dir when training ends)."
         )
     config = json.loads(config_path.read_text(encoding="utf-8"))
     if config.get("model_type") != MODEL_TYPE:
@@ -335,7 +335,6 @@ def files_to_push(output_dir) -> dict[str, Path]:
 
 def _card(out: Path, repo_id: str, results):
     """(model card, results JSON bytes) to write into `out` before the upload; None: leave that file as it is."""
-    from ..configuration_vanilla_transformer import VanillaTransformerConfig
     from .model_card import load_results, render_model_card, render_unevaluated_card
 
     if results is None and (out / RESULTS_NAME).is_file():
@@ -370,7 +369,7 @@ def push_run(
     """Upload a trained model's directory to the Hub in one commit; return the commit URL (it ends in the sha).
 
     Args:
-        output_dir: train.py's `--output_dir`, or any `save_pretrained` directory of this package's model that also
+        output_dir: the `--output_dir` of `vanilla-transformer train`, or any `save_pretrained` directory of this package's model that also
             holds its tokenizer (e.g. `averaged/`). What is uploaded: see the module docstring and `files_to_push`.
         repo_id: "namespace/name" (or "name" for the token's user). Created if missing.
         private: create the repo private. An existing public repo is an error with `private=True`.

@@ -154,7 +154,7 @@ def split_batch(
     if unknown:
         raise ValueError(
             f"Subword splitting re-pads `input_ids`, `attention_mask` and `labels`, but the batch also holds "
-            f"{sorted(unknown)}, which it cannot rebuild: collate without them (train.py's DataCollatorForSeq2Seq)."
+            f"{sorted(unknown)}, which it cannot rebuild: collate without them (the training command's DataCollatorForSeq2Seq)."
         )
     input_ids, labels = batch["input_ids"].cpu(), batch["labels"].cpu()
     mask = batch["attention_mask"].cpu().bool() if "attention_mask" in batch else input_ids != pad_token_id

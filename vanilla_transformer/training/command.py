@@ -16,7 +16,6 @@ one line naming the flag (exit status 2; `VANILLA_TRANSFORMER_DEBUG=1` shows the
 
 from __future__ import annotations
 
-import itertools
 import json
 import logging
 import os
@@ -242,18 +241,33 @@ def tokenize(raw, tokenizer, data_args: DataArguments, training_args):
 
     from ..data.corpus import tokenize_corpus
 
+    num_proc = tokenization_processes(data_args.preprocessing_num_workers, len(raw["train"]))
+    logger.info("Tokenizing with %d process%s.", num_proc, "es" if num_proc > 1 else "")
     with training_args.main_process_first(desc="tokenizing"):
         tokenized = tokenize_corpus(
             DatasetDict(train=raw["train"], validation=raw["validation"]),
             tokenizer,
             max_length=data_args.max_length,
             max_length_ratio=data_args.max_length_ratio,
-            num_proc=data_args.preprocessing_num_workers,
+            num_proc=num_proc if num_proc > 1 else None,
         )
     if data_args.max_eval_samples:
         validation = tokenized["validation"]
         tokenized["validation"] = validation.select(range(min(data_args.max_eval_samples, len(validation))))
     return tokenized
+
+
+PAIRS_PER_TOKENIZATION_PROCESS = 50_000
+
+
+def tokenization_processes(requested: int | None, train_pairs: int) -> int:
+    """--preprocessing_num_workers, or by default one process per available CPU core, but no more than one per
+    `PAIRS_PER_TOKENIZATION_PROCESS` training pairs: a small corpus (Multi30k) is tokenized in seconds by one
+    process, faster than worker processes start; WMT14 (4.5M pairs) uses every core."""
+    if requested:
+        return requested
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, min(cores, train_pairs // PAIRS_PER_TOKENIZATION_PROCESS))
 
 
 def build_trainer(model, tokenizer, tokenized, training_args, run_args: RunArguments):
@@ -357,6 +371,7 @@ def tokenizer_settings(tok_args: TokenizerArguments, data_args: DataArguments) -
 def get_tokenizer(tok_args: TokenizerArguments, data_args: DataArguments, raw, training_args):
     """The tokenizer given (`tokenizer`), or the run's own: trained on the training split (section 5.1), or found in
     OUTPUT_DIR/tokenizer when it was trained with the same settings (a resumed run)."""
+    from ..data.corpus import iter_texts
     from ..data.tokenizer import load_tokenizer, train_tokenizer
 
     if tok_args.tokenizer is not None:
@@ -387,7 +402,7 @@ def get_tokenizer(tok_args: TokenizerArguments, data_args: DataArguments, raw, t
         elif training_args.process_index == 0:
             train = raw["train"]
             tokenizer = train_tokenizer(
-                itertools.chain(train["source"], train["target"]),
+                iter_texts(train),  # all sources, then all targets
                 vocab_size=tok_args.vocab_size,
                 min_frequency=tok_args.min_frequency,
             )

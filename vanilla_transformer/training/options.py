@@ -6,9 +6,9 @@ Five dataclasses, parsed by transformers' `HfArgumentParser` (as `run_translatio
 `Seq2SeqTrainingArguments` re-defaulted to the paper's recipe (section 5) with the few fields it lacks. Each validates
 itself in `__post_init__`; `parse_args` adds what needs more than one of them, and the recipe (`--recipe NAME` or a
 JSON file; `--preset` is the model size). `--help` lists the recipe's options in groups; `--help_all` adds the
-Trainer's ~110 others, still accepted. `options.json` describes this parser for `preflight.py`, which prints the help
-and checks the command line before torch and transformers load (`write_option_table` rewrites it). Each option has one name, its field's, written with underscores as everywhere
-on the command line; HfArgumentParser also accepts it with hyphens. docs/training.md explains every option group.
+Trainer's others, still accepted. `options.json` describes this parser for `preflight.py`, which prints the help
+and checks the command line before torch and transformers load (`write_option_table` rewrites it). docs/training.md
+explains every option group.
 """
 
 from __future__ import annotations
@@ -52,8 +52,8 @@ logger = logging.getLogger(__name__)
 MODEL_PRESETS = tuple(PRESETS)  # --preset: the model sizes of the paper's Table 3, and the small one
 KEEP_CHECKPOINTS = ("averaged", "last", "all")  # --keep_checkpoints: see RunArguments
 LR_SCHEDULES = ("noam", "trainer")
-# The largest share of a `max_steps` budget that a warm-up the command line did not set takes (`fit_warmup`): the
-# Multi30k presets' float32 warm-up is 1,600 of the ~8,500 updates of their hour (19%).
+# The largest share of a `max_steps` budget that a warm-up the command line did not set takes (`fit_warmup`): about
+# the Multi30k presets' share of their hour (docs/training.md, "A warm-up fitted to the budget").
 WARMUP_SHARE = 0.2
 
 
@@ -139,10 +139,8 @@ class DataArguments:
     dataset: str = field(
         default="multi30k/data/task1/raw",
         metadata={
-            "help": "Directory of {split}.{lang}[.gz] files, a TSV/JSONL file or directory, a save_to_disk "
-            "directory, or a Hub dataset id with a `translation` column (e.g. wmt14). The default is Multi30k's "
-            "files in a clone of its repository (README: `git clone --depth 1 https://github.com/multi30k/dataset "
-            "multi30k`)."
+            "help": "{split}.{lang}[.gz] files, a TSV/JSONL file, a save_to_disk directory or a Hub dataset id "
+            "(e.g. wmt14); default: a clone of Multi30k's repository (README)."
         },
     )
     dataset_config: str | None = field(default=None, metadata={"help": "Hub dataset configuration, e.g. 'de-en'."})
@@ -163,7 +161,13 @@ class DataArguments:
     max_eval_samples: int | None = field(
         default=None, metadata={"help": "Evaluate during training on the first N validation pairs (speed)."}
     )
-    preprocessing_num_workers: int | None = field(default=None, metadata={"help": "Processes for tokenization."})
+    preprocessing_num_workers: int | None = field(
+        default=None,
+        metadata={
+            "help": "Processes for tokenization and length filtering (default: one per available CPU core, at most "
+            "one per 50,000 training pairs)."
+        },
+    )
 
     def __post_init__(self):
         self.test_split = self.test_split or None
@@ -213,17 +217,15 @@ class RunArguments:
     length_penalty_form: str | None = field(
         default=None,
         metadata={
-            "help": "How --length_penalty divides a hypothesis' log-probability, saved in the generation config: "
-            "'length' (|Y| ** alpha, transformers' and fairseq's) or 'gnmt' (((5 + |Y|) / 6) ** alpha, Wu et al. 2016: "
-            "the paper's, tensor2tensor's). None: 'length'."
+            "help": "What --length_penalty divides the log-probability by: 'length' (|Y| ** alpha, the default) or "
+            "'gnmt' (((5 + |Y|) / 6) ** alpha, the paper's, section 6.1)."
         },
     )
     early_stopping: str | None = field(
         default=None,
         metadata={
-            "help": "When beam search ends a sentence, saved in the generation config: 'true' (once num_beams "
-            "hypotheses are finished), 'never' (once none running can beat them: with 'gnmt', tensor2tensor's "
-            "search) or 'false' (transformers' heuristic). None: 'true'."
+            "help": "When beam search ends a sentence: 'true' (num_beams hypotheses finished, the default), 'never' "
+            "(none running can beat them) or 'false' (transformers' heuristic)."
         },
     )
     test_batch_size: int = field(default=64, metadata={"help": "Sentences per batch for the final test translation."})
@@ -238,10 +240,8 @@ class RunArguments:
     keep_checkpoints: str = field(
         default="averaged",
         metadata={
-            "help": "What a finished run keeps of its checkpoints, after averaging and the report: averaged = the "
-            "newest whole (what --resume_from_checkpoint true continues) and the weights of those --average_last "
-            "takes and of the best one (for `vanilla-transformer average`), without their optimizer state; last = "
-            "the newest only; all = every checkpoint --save_total_limit left, whole (docs/training.md).",
+            "help": "What a finished run keeps of its checkpoints: averaged = the newest whole and the weights of the "
+            "averaged and best ones; last = the newest; all = every one (docs/training.md).",
             "choices": KEEP_CHECKPOINTS,
         },
     )
@@ -308,9 +308,8 @@ class VanillaTrainingArguments(Seq2SeqTrainingArguments):
     lr_schedule: str = field(
         default="noam",
         metadata={
-            "help": "noam: the paper's schedule (section 5.3, eq. 3: warm-up, then decay with the inverse square root "
-            "of the step; peak lr_factor * (d_model * warmup_steps)^-0.5); trainer: the Trainer's "
-            "--lr_scheduler_type with --learning_rate instead.",
+            "help": "noam: the paper's warm-up and inverse square root decay (section 5.3, eq. 3); trainer: the "
+            "Trainer's --lr_scheduler_type with --learning_rate.",
             "choices": LR_SCHEDULES,
         },
     )
@@ -321,18 +320,15 @@ class VanillaTrainingArguments(Seq2SeqTrainingArguments):
     lr_cooldown: float = field(
         default=0.0,
         metadata={
-            "help": "Fraction of the run at its end over which the learning rate falls linearly to zero (a departure "
-            "from the paper's schedule, whose decay never ends; 0 = none, the paper). The run's length is `max_steps` "
-            "or, with a time limit (`max_train_minutes`), the time: the cool-down then starts when that "
-            "fraction of the time is left, and its last update is estimated from the recent updates per second."
+            "help": "Fraction of the run (of max_steps, or of max_train_minutes) at its end over which the learning "
+            "rate falls linearly to zero; not in the paper: 0 = none."
         },
     )
     max_tokens: int | None = field(
         default=4096,
         metadata={
-            "help": "Token budget of a training batch per process (max of source and target tokens, padding "
-            "included; the paper's batches hold ~25000 source + 25000 target tokens over 8 GPUs). None: batches "
-            "of `per_device_train_batch_size` sentences instead."
+            "help": "Tokens of a training batch per process, the larger of source and target, padding included "
+            "(section 5.1); None: batches of per_device_train_batch_size sentences."
         },
     )
     max_sentences: int | None = field(
@@ -341,26 +337,22 @@ class VanillaTrainingArguments(Seq2SeqTrainingArguments):
     subword_split: float = field(
         default=0.0,
         metadata={
-            "help": "Probability of undoing each BPE merge of a training sentence's tokens, source and target, drawn "
-            "anew for every batch (training/augmentation.py: a seeded variant of BPE-dropout, Provilkov et al. 2020; not in "
-            "the paper). Split sentences are longer, which `max_tokens` does not count: it budgets the deterministic "
-            "encoding. 0 = off (the paper)."
+            "help": "Probability of undoing each BPE merge of a training sentence, drawn anew per batch (BPE-dropout, "
+            "Provilkov et al. 2020; not in the paper): 0 = off."
         },
     )
     bidirectional_steps: int = field(
         default=0,
         metadata={
-            "help": "Updates at the start of training whose batches are reversed with probability 1/2 (target -> "
-            "source; bidirectional training, BiT, Ding et al. 2021, whose early stage is 1/3 of the updates; not in "
-            "the paper). Needs the shared vocabulary (sections 5.1, 3.4). 0 = off (the paper)."
+            "help": "Updates at the start of training whose batches are reversed (target -> source) with probability "
+            "1/2 (BiT, Ding et al. 2021; not in the paper): 0 = off."
         },
     )
     pad_to_multiple_of: int | None = field(
         default=None,
         metadata={
-            "help": "Pad batches to a multiple of this many tokens (the collator) and count that padding in the "
-            "token budget. 8 suits GPU tensor cores and bounds the shapes `torch_compile` sees; on a CPU it is only "
-            "extra work (Multi30k batches: 21 in 100 tokens padding instead of 4). None: pad to the longest sequence."
+            "help": "Pad batches to a multiple of this many tokens, counted in the token budget (8 suits GPU tensor "
+            "cores; docs/performance.md); None: pad to the longest sequence."
         },
     )
 
@@ -375,7 +367,8 @@ class VanillaTrainingArguments(Seq2SeqTrainingArguments):
     label_smoothing_factor: float = field(
         default=0.1,
         metadata={
-            "help": "Label smoothing epsilon (section 5.4: 0.1; 0 = plain cross-entropy), computed by the model's loss."
+            "help": "Label smoothing epsilon (section 5.4: 0.1; 0 = plain cross-entropy), computed by the model's "
+            "loss."
         },
     )
     predict_with_generate: bool = field(default=True, metadata={"help": "Evaluate BLEU on beam-search translations."})
@@ -390,9 +383,8 @@ class VanillaTrainingArguments(Seq2SeqTrainingArguments):
     bf16: str = field(
         default="false",
         metadata={
-            "help": "bfloat16 mixed precision (autocast; float32 master weights, Adam state and loss): true, false, or "
-            "auto = on where the hardware has bfloat16 natively (a CUDA GPU with bfloat16; a CPU with AVX512_BF16 or "
-            "AMX), off elsewhere. The log and results.json say which was used and why.",
+            "help": "bfloat16 mixed precision (float32 weights, Adam state and loss): true, false, or auto = on where "
+            "the hardware has bfloat16 natively (a CUDA GPU; a CPU with AVX512_BF16 or AMX).",
             "nargs": "?",
             "const": "true",
         },

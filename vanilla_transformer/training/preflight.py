@@ -21,7 +21,7 @@ import os
 import re
 from pathlib import Path
 
-from .checkpoints import CHECKPOINT_RE, last_checkpoint
+from ..checkpoints import CHECKPOINT_RE, last_checkpoint
 
 
 PROG = "vanilla-transformer train"

@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 import transformers
 
+from ..checkpoints import last_complete_checkpoints, prune_checkpoints
 from ..evaluation.bleu import compute_bleu_with_lowercase
 from ..hub.model_card import local_dataset_name, write_attention_figure, write_model_card
 from ..modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
@@ -27,7 +28,6 @@ from ..translation.precision import cpu_bfloat16_units, cpu_model_name
 from ..translation.translate import translate
 from .averaging import average_checkpoints
 from .callbacks import TimeLimit
-from .checkpoints import last_complete_checkpoints, prune_checkpoints
 from .options import DataArguments, RunArguments
 
 

@@ -52,6 +52,7 @@ from transformers.modeling_outputs import BaseModelOutput
 from transformers.trainer import SCHEDULER_NAME, TRAINER_STATE_NAME
 from transformers.trainer_utils import seed_worker
 
+from ..checkpoints import has_resume_state, is_complete_checkpoint, last_checkpoint, remove_incomplete_checkpoints
 from ..data.batching import TokenBatchSampler
 from ..data.corpus import MODEL_INPUT_COLUMNS
 from ..evaluation.attention import use_attention
@@ -59,7 +60,6 @@ from ..evaluation.bleu import make_compute_metrics
 from ..loss_vanilla_transformer import label_smoothed_cross_entropy
 from ..translation.precision import fast_attention_implementation
 from .augmentation import maybe_reverse, merge_tree, split_batch, update_seed
-from .checkpoints import has_resume_state, is_complete_checkpoint, last_checkpoint, remove_incomplete_checkpoints
 from .options import VanillaTrainingArguments
 from .schedule import NoamLR, peak_learning_rate
 
@@ -126,7 +126,7 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
         if self.args.n_gpu > 1:
             raise ValueError(
                 f"`n_gpu`={self.args.n_gpu}: torch.nn.DataParallel is not supported (token batches cannot be split "
-                f"evenly). Launch one process per GPU instead: `accelerate launch train.py ...` or `torchrun`."
+                f"evenly). Launch one process per GPU instead: `accelerate launch -m vanilla_transformer.training.command ...` or `torchrun`."
             )
         if self.compute_metrics is None and self.args.predict_with_generate and self.processing_class is not None:
             self.compute_metrics = make_compute_metrics(self.processing_class)

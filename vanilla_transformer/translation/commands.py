@@ -15,7 +15,7 @@ import importlib.util
 import sys
 from pathlib import Path
 
-from ..command_line import (
+from ..arguments import (
     PROG,
     add_checkpoint_options,
     add_decoding_options,
@@ -41,11 +41,8 @@ def add_translate_parser(commands) -> None:
     t = commands.add_parser(
         "translate",
         help="translate text, one sentence per line",
-        description="Translate one sentence per line with a trained model, keeping the input order and empty lines; "
-        "an over-long line is truncated to what the model takes, with a warning. The input is read --window lines at "
-        "a time, translated in batches sorted by length, and written in input order as each window is done: memory "
-        "does not grow with the input, and output written before an interruption (Ctrl-C) stays, line for line the "
-        "beginning of the full output.",
+        description="Translate one sentence per line with a trained model, line i of the output translating line i of "
+        "the input, written --window lines at a time (docs/sharing.md).",
     )
     t.add_argument(
         "--model",
@@ -54,8 +51,8 @@ def add_translate_parser(commands) -> None:
         metavar="NAME_PATH_OR_REPO",
         help="a shipped model's name ("
         + ", ".join(shipped_models())
-        + "), a checkpoint directory (`vanilla-transformer "
-        "train`'s --output_dir, averaged/, a checkpoint-N) or a Hub repo id; the tokenizer is loaded from the same place",
+        + "), a checkpoint directory (train's --output_dir, averaged/, a checkpoint-N) or a Hub repo id, with its "
+        "tokenizer",
     )
     t.add_argument(
         "--input", default="-", metavar="FILE", help="UTF-8 text, one sentence per line; '-' = stdin (default)"
@@ -66,9 +63,8 @@ def add_translate_parser(commands) -> None:
     t.add_argument(
         "--all_or_nothing",
         action="store_true",
-        help="write --output through a temporary file beside it (.FILE.partial), renamed to FILE only when every "
-        "line is translated: FILE is then the complete output or untouched. Default: FILE is written window by "
-        "window, so that an interrupted run keeps what it translated",
+        help="write --output FILE through .FILE.partial, renamed to FILE when every line is translated (default: "
+        "FILE is written window by window, and an interrupted run keeps what it translated)",
     )
     t.add_argument("--batch_size", type=integer, default=32, metavar="N", help="sentences per batch (default 32)")
     t.add_argument(
@@ -76,8 +72,8 @@ def add_translate_parser(commands) -> None:
         type=positive_int,
         default=1024,
         metavar="N",
-        help="lines read, sorted by length and translated before their translations are written (default 1024): "
-        "more sorts more sentences together (less padding), fewer writes the first lines sooner",
+        help="lines sorted by length and translated before they are written (default 1024): more means less padding, "
+        "fewer the first lines sooner",
     )
     t.add_argument(
         "--device",
@@ -88,23 +84,21 @@ def add_translate_parser(commands) -> None:
         "--dtype",
         default=None,
         choices=DTYPES,
-        help="dtype of the weights and computation (default float32; --engine transformers); auto = "
-        "bfloat16 where the hardware has it natively (a GPU with bfloat16, a CPU with AVX512_BF16 or AMX), "
-        "float32 elsewhere",
+        help="dtype of the weights and computation with --engine transformers (default float32); auto: bfloat16 where "
+        "the hardware has it natively, else float32",
     )
     t.add_argument(
         "--engine",
         default="transformers",
         choices=("transformers", "ctranslate2"),
-        help="transformers (default: the checkpoint and `generate`) or ctranslate2 (--model is a directory "
-        f"written by `{PROG} export ctranslate2`; same translations, faster on CPUs)",
+        help=f"transformers (default) or ctranslate2: --model is then a directory written by `{PROG} export "
+        "ctranslate2` (same translations, faster on CPUs)",
     )
     t.add_argument(
         "--compute_type",
         default=None,
         metavar="TYPE",
-        help="--engine ctranslate2: type to compute in, e.g. int8, float32, bfloat16 (default: the "
-        "exported weight type)",
+        help="with --engine ctranslate2, the type to compute in, e.g. int8 (default: the exported weight type)",
     )
     add_decoding_options(t, n_best=True, max_new_tokens=True)
     add_checkpoint_options(t)
@@ -273,16 +267,15 @@ def add_export_parser(commands) -> None:
     c = formats.add_parser(
         "ctranslate2",
         help="CTranslate2 (OpenNMT, Argos Translate / LibreTranslate): ~2x faster CPU decoding",
-        description="Write the model as a CTranslate2 model directory, with its tokenizer and the decoding settings "
-        "of the model's generation config, for `translate --engine ctranslate2` or any CTranslate2 runtime. Needs "
-        "the ct2 extra (pip install '.[ct2]' in the clone).",
+        description="Write the model, its tokenizer and its decoding settings as a CTranslate2 model directory, for "
+        "`translate --engine ctranslate2` or any CTranslate2 runtime (the ct2 extra; docs/sharing.md).",
     )
     c.add_argument(
         "model",
         type=resolve_model,
         metavar="MODEL_DIR_OR_REPO",
-        help="a shipped model's name, a checkpoint directory (`vanilla-transformer train`'s --output_dir, averaged/, a "
-        "checkpoint-N) or a Hub repo id, with its tokenizer",
+        help="a shipped model's name, a checkpoint directory (train's --output_dir, averaged/, a checkpoint-N) or a "
+        "Hub repo id, with its tokenizer",
     )
     c.add_argument(
         "output_dir", metavar="OUTPUT_DIR", help="directory to write (new or empty; one with files only with --force)"
@@ -291,7 +284,7 @@ def add_export_parser(commands) -> None:
         "--quantization",
         default="float32",
         choices=QUANTIZATIONS,
-        help="weight type stored (default float32; int8 is ~4x smaller and faster on CPUs)",
+        help="weight type stored (default float32; int8: smaller and faster on CPUs)",
     )
     c.add_argument("--force", action="store_true", help="replace OUTPUT_DIR if it holds files")
     add_decoding_options(c, sampling=False)  # the decoding settings written with the model

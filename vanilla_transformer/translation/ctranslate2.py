@@ -1,66 +1,12 @@
-"""Export a trained model to CTranslate2, and translate with the exported model.
+"""Export a trained model to CTranslate2 (`export_ctranslate2`), and translate with the export
+(`translate_ctranslate2`, `CTranslate2Model`): the same tokens as `generate`, faster on a CPU.
 
-CTranslate2 is the inference engine that OpenNMT, Argos Translate / LibreTranslate and Opus-MT deployments serve
-translation models with; on a CPU it decodes the same weights faster than `model.generate` (docs/performance.md,
-"CTranslate2"). Its bundled converters know Marian, BART, ... but not this package, so the model is written here
-through CTranslate2's own specification API (`ctranslate2.specs.TransformerSpec` and a
-`ctranslate2.converters.Converter`):
-
-    vanilla-transformer export ctranslate2 runs/en-de runs/en-de-ct2 [--quantization int8]
-    vanilla-transformer translate --engine ctranslate2 --model runs/en-de-ct2 < test.en > test.de
-
-or from Python, `export_ctranslate2(model_dir, output_dir)` and `translate_ctranslate2(output_dir, sentences)`.
-Needs the `ct2` extra: `pip install ".[ct2]"` in the clone of vanilla-transformer.
-
-What the export maps (the paper's model, section 3): N encoder and decoder layers, post-norm (or pre-norm with the
-final norms, `normalize_before`), ReLU (or the configured activation), W_Q/W_K/W_V/W_O without biases (or with,
-`attention_bias`), the FFN with its biases, the embedding matrix shared by encoder input, decoder input and the
-pre-softmax projection (section 3.4, stored once: CTranslate2 aliases equal weights), the sqrt(d_model) scale, and
-the sinusoidal positions of section 3.5 **written into the model as a table**: CTranslate2's built-in sinusoid puts
-all sines before all cosines, this model interleaves them, so its own table would give other numbers. The table has
-`source_limit + offset` rows (the longest source `translate` accepts, the config's `input_length_limit`: default 1024
-tokens, plus the 50 tokens the maximum output length adds); CTranslate2 refuses a longer sequence ("No position encodings are defined for positions
->= N"), which `translate_ctranslate2` never sends: it truncates longer sources as `translate` does (with a warning
-naming the line) and never asks for more output tokens than the table has. Learned positions
-(`position_embedding_type="learned"`) are written as they are, with `max_position_embeddings` rows.
-
-The tokenizer goes along (`tokenizer.json`; CTranslate2 takes tokens, not text) and so do the decoding settings of
-the model's generation config (`vanilla_transformer_ct2.json`: its beam size and length penalty, maximum output
-length source + 50 tokens, section 6.1). Translating with the export needs `ctranslate2` and `tokenizers` only: no torch,
-no transformers.
-
-**Same tokens as `generate`.** CTranslate2's beam search is the one `generate` runs with `early_stopping=True`: the
-2 x beam best continuations are scored, the `</s>` ones among the best `beam` are finished (score / length **
-length_penalty, `</s>` counted in the length: hence `return_end_token=True`), the best `beam` others go on, and a
-sentence is done once `beam` hypotheses are finished. Where the two differ is the length limit: `generate` forces
-`</s>` when a hypothesis reaches source length + 50 tokens, *per sentence* (`SourceLengthLimit`), while
-CTranslate2 has one `max_decoding_length` per call and, at that last step, finishes the best `beam` continuations
-whatever their token. So `translate_ctranslate2`, for beam search,
-
-1. decodes sentences of one source length together, with `max_decoding_length` = their limit - 1 (one token
-   short of the forced `</s>`). A search that stopped before that last step is the one `generate` runs. For one
-   that reached it, the hypotheses finished at the last step are the ones `generate` completes with its forced
-   `</s>` (one more token in the length), unless `beam` hypotheses ending in `</s>` were already finished (then
-   `generate` stops without them); the best `beam` hypotheses returned mostly decide which one `generate` returns;
-2. where they do not, decodes the sentence again with `patience=2`: the same search (the stopping rule, `beam`
-   finished, had not fired before the last step) returning every finished hypothesis (at most 2 x beam - 1).
-
-Greedy search needs none of this: its tokens do not depend on the limit, so batches mix lengths and each output
-is cut where `generate` forces `</s>`. A trained model rarely reaches the limit.
-
-With an explicit maximum (`max_new_tokens`) `generate` has no per-sentence rule and stops at that length exactly as
-CTranslate2 does. Checked by the tests: greedy and beam-4 tokens equal `generate`'s, scores to 1e-4.
-
-**The GNMT penalty has no CTranslate2 counterpart.** CTranslate2 divides by length ** alpha only; a model whose
-generation config decodes with `length_penalty_form="gnmt"` (the WMT14 presets: the paper's decoding) is refused at
-export with a one-line error, unless the export is asked for the length form (`--length_penalty_form length`, and
-`--length_penalty`): its scores and, at times, its translations then differ from the model's own decoding, by choice.
-`translate --engine ctranslate2 --length_penalty_form gnmt` is refused likewise.
-
-**torch and CTranslate2 in one process.** Both ship their own OpenMP runtime. When torch is imported first,
-CTranslate2's threads run in torch's runtime and both are slower; `import_ctranslate2()` (used by everything here)
-loads CTranslate2 with its own runtime when torch is already loaded (`RTLD_DEEPBIND`), and the benchmark times each
-engine in its own process.
+CTranslate2's converters do not know this model, so it is written through CTranslate2's specification API: the
+layers of section 3.1, the shared embedding of section 3.4 (stored once), and the sinusoids of section 3.5 as an
+explicit table (CTranslate2's built-in one orders sines and cosines otherwise). Beam search matches `generate`'s
+per-sentence length limit (section 6.1: source length + 50) by decoding sentences of one source length together;
+the GNMT length penalty has no CTranslate2 counterpart and is refused. docs/sharing.md ("Serving with CTranslate2")
+says how each part matches `generate`; docs/performance.md gives the speed. Needs the `ct2` extra.
 """
 
 from __future__ import annotations
@@ -130,7 +76,6 @@ def build_spec(model, table_length: int):
     `table_length`: rows of the sinusoidal position table (ignored for learned positions, whose table is copied).
     """
     import_ctranslate2()
-    from ctranslate2.converters.utils import fuse_linear
     from ctranslate2.specs import common_spec, transformer_spec
 
     config = model.config
@@ -149,31 +94,6 @@ def build_spec(model, table_length: int):
         config.decoder_layers, config.decoder_attention_heads, pre_norm=config.normalize_before, activation=activation
     )
     spec = transformer_spec.TransformerSpec(encoder_spec, decoder_spec)
-
-    def weight(tensor):
-        return tensor.detach().to("cpu", copy=True).float().numpy()
-
-    def linear(linear_spec, module):
-        linear_spec.weight = weight(module.weight)
-        if module.bias is not None:  # no bias (attention_bias=False) stays CTranslate2's OPTIONAL: none is applied
-            linear_spec.bias = weight(module.bias)
-
-    def layer_norm(norm_spec, module):
-        norm_spec.gamma = weight(module.weight)
-        norm_spec.beta = weight(module.bias)
-
-    def attention(attention_spec, module, self_attention: bool):
-        q, k, v = (common_spec.LinearSpec() for _ in range(3))
-        linear(q, module.q_proj)
-        linear(k, module.k_proj)
-        linear(v, module.v_proj)
-        if self_attention:  # one fused [W_Q; W_K; W_V] projection
-            fuse_linear(attention_spec.linear[0], [q, k, v])
-        else:  # queries from the decoder, keys and values from the encoder output
-            fuse_linear(attention_spec.linear[0], [q])
-            fuse_linear(attention_spec.linear[1], [k, v])
-        linear(attention_spec.linear[-1], module.out_proj)
-
     positions = None
     if config.position_embedding_type == "sinusoidal":
         positions = position_table(config, table_length)
@@ -182,30 +102,16 @@ def build_spec(model, table_length: int):
     for stack_spec, stack in stacks:
         stack_spec.scale_embeddings = scale  # section 3.4: embeddings x sqrt(d_model)
         stack_spec.position_encodings.encodings = (
-            positions if stack.embed_positions is None else weight(stack.embed_positions.weight)
+            positions if stack.embed_positions is None else _weight(stack.embed_positions.weight)
         )
         if config.normalize_before:
-            layer_norm(stack_spec.layer_norm, stack.layer_norm)
+            _layer_norm(stack_spec.layer_norm, stack.layer_norm)
     # Section 3.4: one matrix for the encoder input, the decoder input and the pre-softmax projection when tied
     # (`tie_word_embeddings`, the default); CTranslate2 stores equal weights once.
-    encoder_spec.embeddings[0].weight = weight(model.model.encoder.embed_tokens.weight)
-    decoder_spec.embeddings.weight = weight(model.model.decoder.embed_tokens.weight)
-    linear(decoder_spec.projection, model.get_output_embeddings())
-
-    for layer_spec, layer in zip(encoder_spec.layer, model.model.encoder.layers):
-        attention(layer_spec.self_attention, layer.self_attn, self_attention=True)
-        layer_norm(layer_spec.self_attention.layer_norm, layer.self_attn_layer_norm)
-        linear(layer_spec.ffn.linear_0, layer.ffn.fc1)
-        linear(layer_spec.ffn.linear_1, layer.ffn.fc2)
-        layer_norm(layer_spec.ffn.layer_norm, layer.final_layer_norm)
-    for layer_spec, layer in zip(decoder_spec.layer, model.model.decoder.layers):
-        attention(layer_spec.self_attention, layer.self_attn, self_attention=True)
-        layer_norm(layer_spec.self_attention.layer_norm, layer.self_attn_layer_norm)
-        attention(layer_spec.attention, layer.encoder_attn, self_attention=False)
-        layer_norm(layer_spec.attention.layer_norm, layer.encoder_attn_layer_norm)
-        linear(layer_spec.ffn.linear_0, layer.ffn.fc1)
-        linear(layer_spec.ffn.linear_1, layer.ffn.fc2)
-        layer_norm(layer_spec.ffn.layer_norm, layer.final_layer_norm)
+    encoder_spec.embeddings[0].weight = _weight(model.model.encoder.embed_tokens.weight)
+    decoder_spec.embeddings.weight = _weight(model.model.decoder.embed_tokens.weight)
+    _linear(decoder_spec.projection, model.get_output_embeddings())
+    _set_layers(encoder_spec, decoder_spec, model)
 
     eps = {m.eps for m in model.modules() if m.__class__.__name__ == "LayerNorm"}
     if len(eps) != 1:
@@ -214,14 +120,66 @@ def build_spec(model, table_length: int):
     return spec
 
 
+def _set_layers(encoder_spec, decoder_spec, model) -> None:
+    """The weights of every encoder layer (self-attention, FFN, section 3.1) and decoder layer (self-attention,
+    encoder-decoder attention, FFN), each sub-layer with its LayerNorm, into the specs."""
+    for layer_spec, layer in zip(encoder_spec.layer, model.model.encoder.layers):
+        _attention(layer_spec.self_attention, layer.self_attn, self_attention=True)
+        _layer_norm(layer_spec.self_attention.layer_norm, layer.self_attn_layer_norm)
+        _linear(layer_spec.ffn.linear_0, layer.ffn.fc1)
+        _linear(layer_spec.ffn.linear_1, layer.ffn.fc2)
+        _layer_norm(layer_spec.ffn.layer_norm, layer.final_layer_norm)
+    for layer_spec, layer in zip(decoder_spec.layer, model.model.decoder.layers):
+        _attention(layer_spec.self_attention, layer.self_attn, self_attention=True)
+        _layer_norm(layer_spec.self_attention.layer_norm, layer.self_attn_layer_norm)
+        _attention(layer_spec.attention, layer.encoder_attn, self_attention=False)
+        _layer_norm(layer_spec.attention.layer_norm, layer.encoder_attn_layer_norm)
+        _linear(layer_spec.ffn.linear_0, layer.ffn.fc1)
+        _linear(layer_spec.ffn.linear_1, layer.ffn.fc2)
+        _layer_norm(layer_spec.ffn.layer_norm, layer.final_layer_norm)
+
+
+def _weight(tensor):
+    """A float32 numpy copy of `tensor`, on the CPU."""
+    return tensor.detach().to("cpu", copy=True).float().numpy()
+
+
+def _linear(linear_spec, module) -> None:
+    linear_spec.weight = _weight(module.weight)
+    if module.bias is not None:  # no bias (attention_bias=False) stays CTranslate2's OPTIONAL: none is applied
+        linear_spec.bias = _weight(module.bias)
+
+
+def _layer_norm(norm_spec, module) -> None:
+    norm_spec.gamma = _weight(module.weight)
+    norm_spec.beta = _weight(module.bias)
+
+
+def _attention(attention_spec, module, self_attention: bool) -> None:
+    """W_Q, W_K, W_V (fused as CTranslate2 stores them) and W_O of one multi-head attention (section 3.2.2)."""
+    from ctranslate2.converters.utils import fuse_linear
+    from ctranslate2.specs import common_spec
+
+    q, k, v = (common_spec.LinearSpec() for _ in range(3))
+    _linear(q, module.q_proj)
+    _linear(k, module.k_proj)
+    _linear(v, module.v_proj)
+    if self_attention:  # one fused [W_Q; W_K; W_V] projection
+        fuse_linear(attention_spec.linear[0], [q, k, v])
+    else:  # queries from the decoder, keys and values from the encoder output
+        fuse_linear(attention_spec.linear[0], [q])
+        fuse_linear(attention_spec.linear[1], [k, v])
+    _linear(attention_spec.linear[-1], module.out_proj)
+
+
 def _generation_settings(generation, tokenizer, source_limit: int, table_length: int) -> dict:
     """What `translate_ctranslate2` needs to decode as `generate` does with the generation config `generation`."""
     form = length_penalty_form(generation)
     if form != "length" and (generation.num_beams or 1) > 1:
         raise ValueError(
             f"the model decodes with the {form} length penalty (generation_config.length_penalty_form={form!r}), "
-            "which CTranslate2 does not have (it divides by length ** alpha): export with --length_penalty_form length "
-            "(and --length_penalty ALPHA) to decode with that form, or translate with --engine transformers."
+            "which CTranslate2 does not have (it divides by length ** alpha): export with --length_penalty_form "
+            "length (and --length_penalty ALPHA) to decode with that form, or translate with --engine transformers."
         )
     early_stopping = getattr(generation, "early_stopping", True)
     if (generation.num_beams or 1) > 1 and early_stopping is not True:
@@ -268,13 +226,11 @@ def export_ctranslate2(
     compute type is chosen when loading, see `translate_ctranslate2`). The directory is written beside its final
     place and moved there when complete; an existing one that is not empty is an error unless `force`.
     `decoding`: generation options written instead of the model's (`num_beams`, `length_penalty`,
-    `length_penalty_form`: `vanilla-transformer export ctranslate2 --num_beams --length_penalty --length_penalty_form`).
+    `length_penalty_form`: `export ctranslate2 --num_beams --length_penalty --length_penalty_form`).
     CTranslate2 has the length ** alpha penalty only: a model whose generation config has the GNMT form is refused
     (ValueError) unless `decoding` sets `length_penalty_form="length"`.
     """
     import_ctranslate2()
-    from ctranslate2.converters import Converter
-
     if quantization not in QUANTIZATIONS:
         raise ValueError(f"quantization={quantization!r} is not one of {list(QUANTIZATIONS)}.")
     output_dir = Path(output_dir)
@@ -306,6 +262,15 @@ def export_ctranslate2(
     if len(set(vocabulary)) != len(vocabulary):
         raise ValueError("the tokenizer maps two ids to the same token string; CTranslate2 looks tokens up by string.")
 
+    _write(model, tokenizer, vocabulary, table_length, settings, output_dir, quantization)
+    logger.info("Exported %s to %s (%s).", type(model).__name__, output_dir, quantization)
+    return output_dir
+
+
+def _write(model, tokenizer, vocabulary, table_length: int, settings: dict, output_dir: Path, quantization: str):
+    """The CTranslate2 model, the tokenizer and the settings, written beside `output_dir` and moved there whole."""
+    from ctranslate2.converters import Converter
+
     output_dir.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.", dir=output_dir.parent))
     try:
@@ -336,11 +301,26 @@ def export_ctranslate2(
         os.replace(target, output_dir)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    logger.info("Exported %s to %s (%s).", type(model).__name__, output_dir, quantization)
-    return output_dir
 
 
 # ------------------------------------------------------------------------------------------------ translate
+
+
+class _Outputs:
+    """The translations (token ids, without the final </s>) and scores of one `CTranslate2Model.generate` call, in
+    input order, and its progress bar (a tqdm bar or None)."""
+
+    def __init__(self, token_to_id, eos_id: int, count: int, progress):
+        self.token_to_id, self.eos_id, self.progress = token_to_id, eos_id, progress
+        self.results, self.scores = [None] * count, [None] * count
+
+    def finish(self, i: int, hypothesis: list[str], score) -> None:
+        ids = [self.token_to_id(t) for t in hypothesis]
+        self.results[i], self.scores[i] = ids[:-1] if ids and ids[-1] == self.eos_id else ids, score
+
+    def done(self, n: int) -> None:
+        if self.progress is not None:
+            self.progress.update(n)
 
 
 class CTranslate2Model:
@@ -402,10 +382,21 @@ class CTranslate2Model:
         `generate`'s `sequences_scores` (sum of log-probabilities / length ** length_penalty, `</s>` counted; None
         for greedy search). `progress`: a tqdm bar to update, or None. `length_penalty`: alpha instead of the
         exported one (CTranslate2's length ** alpha form)."""
-        from ..pipeline_vanilla_transformer import fit_source  # the rule `translate` truncates by
-
         beams = self.settings["num_beams"] if num_beams is None else num_beams
         lp = self.settings["length_penalty"] if length_penalty is None else float(length_penalty)
+        self._check_request(sources, beams, max_new_tokens, batch_size, lp)
+        out = _Outputs(self.tokenizer.token_to_id, self.eos_id, len(sources), progress)
+        order = sorted(range(len(sources)), key=lambda i: -len(sources[i]))  # longest first, as `translate`
+        if max_new_tokens is not None or beams == 1:
+            self._decode_mixed_lengths(sources, order, out, beams, max_new_tokens, batch_size, lp)
+        else:
+            self._decode_by_length(sources, order, out, beams, batch_size, lp)
+        return (out.results, out.scores) if return_scores else out.results
+
+    def _check_request(self, sources, beams: int, max_new_tokens: int | None, batch_size: int, lp: float) -> None:
+        """The decoding options and the sources, refused (ValueError) where the export cannot decode them."""
+        from ..pipeline_vanilla_transformer import fit_source  # the rule `translate` truncates by
+
         check_decoding(batch_size=batch_size, num_beams=beams, max_new_tokens=max_new_tokens, length_penalty=lp)
         table = self.settings["position_table_length"]
         if max_new_tokens is not None and max_new_tokens > table:
@@ -417,40 +408,31 @@ class CTranslate2Model:
             if not ids:
                 raise ValueError("a source has no tokens; the export takes 1 or more (its </s> at least).")
             fit_source(ids, self.settings["source_limit"], subject="A source", truncate=False)
-        offset = self.settings["source_length_offset"]
-        results, scores = [None] * len(sources), [None] * len(sources)
 
-        def finish(i, hypothesis, score):
-            ids = [self.tokenizer.token_to_id(t) for t in hypothesis]
-            results[i], scores[i] = ids[:-1] if ids and ids[-1] == self.eos_id else ids, score
+    def _limit(self, source) -> int:
+        """The tokens `generate` may give `source`, its forced </s> included (capped by a learned table)."""
+        return min(len(source) + self.settings["source_length_offset"], self.settings["position_table_length"])
 
-        def limit(i):  # tokens `generate` may give sources[i], its forced </s> included (capped by a learned table)
-            return min(len(sources[i]) + offset, table)
+    def _decode_mixed_lengths(self, sources, order, out, beams, max_new_tokens, batch_size, lp: float) -> None:
+        """Batches of mixed lengths. With max_new_tokens, generate has one limit for all, as CTranslate2. Greedy
+        tokens do not depend on the limit: each output is cut where generate forces </s> (limit - 1 tokens)."""
+        for start in range(0, len(order), batch_size):
+            chunk = order[start : start + batch_size]
+            longest = max_new_tokens or max(self._limit(sources[i]) for i in chunk) - 1
+            for i, hyps in zip(chunk, self._search(sources, chunk, beams, max(longest, 1), lp=lp)):
+                tokens, score = hyps[0]
+                if max_new_tokens is None:
+                    limit = self._limit(sources[i])
+                    tokens, score = (tokens[: limit - 1] if limit > 1 else [self.eos_token]), None
+                out.finish(i, tokens, score)
+            out.done(len(chunk))
 
-        def done(n):
-            if progress is not None:
-                progress.update(n)
-
-        order = sorted(range(len(sources)), key=lambda i: -len(sources[i]))  # longest first, as `translate`
-        if max_new_tokens is not None or beams == 1:
-            # Batches of mixed lengths. With max_new_tokens, generate has one limit for all, as CTranslate2. Greedy
-            # tokens do not depend on the limit: each output is cut where generate forces </s> (limit - 1 tokens).
-            for start in range(0, len(order), batch_size):
-                chunk = order[start : start + batch_size]
-                longest = max_new_tokens or max(limit(i) for i in chunk) - 1
-                for i, hyps in zip(chunk, self._search(sources, chunk, beams, max(longest, 1), lp=lp)):
-                    tokens, score = hyps[0]
-                    if max_new_tokens is None:
-                        tokens, score = (tokens[: limit(i) - 1] if limit(i) > 1 else [self.eos_token]), None
-                    finish(i, tokens, score)
-                done(len(chunk))
-            return (results, scores) if return_scores else results
-
-        # Beam search with generate's per-sentence limit: sentences of one source length per call, so that one
-        # max_decoding_length (limit - 1, one short of the forced </s>) is each sentence's own.
+    def _decode_by_length(self, sources, order, out, beams, batch_size, lp: float) -> None:
+        """Beam search with generate's per-sentence limit: sentences of one source length per call, so that one
+        max_decoding_length (limit - 1, one short of the forced </s>) is each sentence's own."""
         groups = {}
         for i in order:
-            groups.setdefault(limit(i), []).append(i)
+            groups.setdefault(self._limit(sources[i]), []).append(i)
         again = []
         for length, group in groups.items():
             for start in range(0, len(group), batch_size):
@@ -463,26 +445,25 @@ class CTranslate2Model:
                     # A search that stopped before the last step returns no hypothesis of the last step's length
                     # (it would be among the best `beams`: fewer than `beams` finished before it).
                     if all(len(h) < length - 1 for h, _ in best):
-                        finish(i, *best[0])
+                        out.finish(i, *best[0])
                         continue
                     pick = self._pick_as_generate(best, beams, length, complete=False, lp=lp)
                     if pick is None:
                         again.append(i)
                     else:
-                        finish(i, *pick)
-                done(len(chunk) - sum(i in again for i in chunk))
+                        out.finish(i, *pick)
+                out.done(len(chunk) - sum(i in again for i in chunk))
         # Where the best `beams` do not decide: the same search again with patience=2, which changes nothing before
         # the last step (the stopping rule, `beams` finished, had not fired) and returns every finished hypothesis
         # (at most 2 * beams - 1).
         for length in groups:
-            redo = [i for i in again if limit(i) == length]
+            redo = [i for i in again if self._limit(sources[i]) == length]
             for start in range(0, len(redo), batch_size):
                 chunk = redo[start : start + batch_size]
                 hyps = self._search(sources, chunk, beams, length - 1, patience=2.0, hypotheses=2 * beams, lp=lp)
                 for i, finished in zip(chunk, hyps):
-                    finish(i, *self._pick_as_generate(finished, beams, length, complete=True, lp=lp))
-                done(len(chunk))
-        return (results, scores) if return_scores else results
+                    out.finish(i, *self._pick_as_generate(finished, beams, length, complete=True, lp=lp))
+                out.done(len(chunk))
 
     def _search(self, sources, indices, beams, max_length, patience=1.0, hypotheses=1, *, lp: float):
         """CTranslate2's search on `sources[i] for i in indices`: for each, [(tokens, score)], best first."""

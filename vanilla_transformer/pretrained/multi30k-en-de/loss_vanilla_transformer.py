@@ -7,11 +7,9 @@ checkpoint with the model code: like the modeling file it imports only torch.
 import torch
 
 
-# How many logits (rows x vocabulary) one step of the eager loss copies to float32 at a time: 2^20 (4 MB) on a CPU.
-# The loss is computed in float32 (section 5.4's smoothing term sums small probabilities); a float32 copy of all the
-# logits of a batch ([tokens, vocab], tens of MB) would be fresh memory at every step, which on a CPU costs more to
-# obtain than the arithmetic done in it, while a small chunk is reused. On an accelerator, chunks only bound the memory
-# of the float32 temporaries. docs/performance.md ("The loss in the model") has the timings.
+# How many logits (rows x vocabulary) one step of the eager loss copies to float32 at a time: 2^20 (4 MB) on a CPU,
+# where a reused small chunk is cheaper than a fresh float32 copy of a batch's logits; elsewhere chunks only bound the
+# float32 temporaries' memory. docs/performance.md ("The loss in the model") has the timings.
 _LOSS_CHUNK_VALUES = {"cpu": 2**20}
 _LOSS_CHUNK_VALUES_DEFAULT = 2**26
 
@@ -19,7 +17,8 @@ _LOSS_CHUNK_VALUES_DEFAULT = 2**26
 class _CrossEntropyTerms(torch.autograd.Function):
     """Per token, from logits `x` [tokens, vocab] (any float dtype) and gold ids `gold` [tokens]: the NLL
     `lse(x) - x[gold]` and the uniform-target term `lse(x) - mean(x)` = mean over the vocabulary of -log p, both in
-    float32 (float64 for float64 logits), where `lse` is the log-sum-exp. The label-smoothed loss is `(1 - eps) * nll + eps * uniform`.
+    float32 (float64 for float64 logits), `lse` the log-sum-exp; the smoothed loss is
+    `(1 - eps) * nll + eps * uniform`.
 
     Computed over chunks of rows, so that no float32 [tokens, vocab] tensor (log-probabilities, their gradient) is ever
     whole in memory; the backward recomputes the softmax from the saved logits and writes the gradient
@@ -68,16 +67,13 @@ def label_smoothed_cross_entropy(
     with `per_sequence`, summed over the last dimension of `labels` only (one value per sequence).
 
     The smoothed target is the one of Szegedy et al. (2016), which the paper cites: `(1 - epsilon) * onehot(gold) +
-    epsilon / V` over the whole vocabulary of V tokens, as in `F.cross_entropy(label_smoothing=epsilon)` and
-    transformers' `LabelSmoother`. (fairseq gives the gold token exactly `1 - epsilon` and `epsilon / (V - 1)` to the
-    others: a difference of order epsilon / V.) Per token it is `(1 - epsilon) * NLL + epsilon * mean_v(-log p_v)`,
-    and both terms come from one log-sum-exp: `NLL = lse - x_gold`, `mean_v(-log p_v) = lse - mean_v(x_v)`.
+    epsilon / V` over the whole vocabulary of V tokens, as in `F.cross_entropy(label_smoothing=epsilon)`. Per token
+    it is `(1 - epsilon) * NLL + epsilon * mean_v(-log p_v)`, and both terms come from one log-sum-exp: `NLL = lse -
+    x_gold`, `mean_v(-log p_v) = lse - mean_v(x_v)`.
 
-    In float32 at least, whatever the logits' dtype (bfloat16 under autocast): half-precision log-probabilities would
-    lose the small terms of the smoothing sum. In eager mode the work is done in chunks of rows (no float32 [tokens,
-    vocab] tensor in memory, see `_CrossEntropyTerms`); under `torch.compile` the same formula is written out and
-    the compiler fuses it. Logits of padding positions are computed and ignored: selecting the real ones would need
-    their number, a host sync."""
+    In float32 at least, whatever the logits' dtype: half-precision log-probabilities would lose the small terms of
+    the smoothing sum. Eager mode works in chunks of rows (`_CrossEntropyTerms`); under `torch.compile` the formula is
+    written out for the compiler to fuse. Padding positions are computed and ignored (selecting them: a host sync)."""
     shape = labels.shape
     logits = logits.reshape(-1, logits.shape[-1])
     labels = labels.reshape(-1).to(logits.device)

@@ -130,8 +130,8 @@ class TranslationPipeline(Pipeline):
         # (a config without that rule, another model's, sets none). A longer input: the one rule, `fit_source`.
         rule = getattr(self.model.config, "input_length_limit", None)
         max_length = max_input_length or (rule(self.tokenizer) if rule is not None else None)
-        # Without its outer whitespace, as the model was trained (`train.py` strips every sentence): the tokenizer
-        # keeps spaces, so " A man" would start with a lone "▁" token the model never saw.
+        # Without its outer whitespace, as the model was trained (`vanilla-transformer train` strips every
+        # sentence): the tokenizer keeps spaces, so " A man" would start with a lone "▁" token the model never saw.
         ids = self.tokenizer(text.strip(), return_attention_mask=False, return_token_type_ids=False, verbose=False)
         ids, message = fit_source(ids["input_ids"], max_length if truncation else None, subject="The input")
         if message:

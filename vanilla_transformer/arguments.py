@@ -318,8 +318,8 @@ def add_decoding_options(
         "--length_penalty_form",
         choices=tuple(LENGTH_PENALTY_FORMS),
         default=None,
-        help="how the penalty divides a hypothesis' log-probability: "
-        + "; ".join(f"{name}: {what}" for name, what in LENGTH_PENALTY_FORMS.items()),
+        help="the penalty's form: length (log P / |Y| ** alpha) or gnmt (log P / ((5 + |Y|) / 6) ** alpha, the "
+        "paper's); default: the generation config's",
     )
     if max_new_tokens:
         group.add_argument(
@@ -335,9 +335,8 @@ def add_decoding_options(
             type=integer,
             default=None,
             metavar="N",
-            help="write the N best hypotheses of each sentence with their scores, one per line: the sentence's index "
-            "from 0, the score, the text, tab-separated (score: beam search's log P / length penalty; greedy and "
-            "sampling: log P); at most the beam size",
+            help="write the N best hypotheses of each sentence (at most the beam size), one per line: the sentence's "
+            "index from 0, the score, the text, tab-separated",
         )
     if sampling:
         group.add_argument(
