@@ -4,7 +4,8 @@ The Multi30k recipe (issue 9) was chosen on validation data only. Each proxy run
 (so the test set is never translated), then this script scores, on all 1,014 validation pairs:
 
 - the final model (`RUN_DIR`) and the average of the last `--average` complete checkpoints (section 6.1);
-- cased detokenized sacreBLEU (13a) of beam-4 translations (the generation config of the run), and lowercased;
+- cased detokenized sacreBLEU (13a) of translations with the run's generation config (beam 4, length penalty 1.0
+  for the runs before the decoding sweep; beam 6, 1.3 since), and lowercased;
 - the validation NLL per target token (teacher forcing, no label smoothing, padding excluded).
 
 It appends one JSON line per run to `--table` (default `bench/multi30k_search.jsonl`) holding the run's settings

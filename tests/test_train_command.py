@@ -164,7 +164,7 @@ def test_the_command_line_gives_no_traceback_and_exit_status_2(tmp_path):
         assert result.stderr.strip().splitlines() == [
             f"vanilla-transformer train: error: --dataset {str(tmp_path / 'missing')!r} does not exist: pass an "
             "existing directory of `{split}.{lang}[.gz]` files or of one .tsv/.jsonl file per split, a `save_to_disk` "
-            "directory, or a Hub dataset id such as 'wmt/wmt14'."
+            "directory, or a Hub dataset id such as 'wmt14'."
         ]
         assert list(tmp_path.iterdir()) == []
 

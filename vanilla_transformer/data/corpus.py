@@ -92,7 +92,7 @@ def load_parallel_corpus(
         splits: the splits to return, under these names.
         split_names: where a returned split is found in `source` when its name there differs, e.g.
             Multi30k: `{"validation": "val", "test": "test_2016_flickr"}`. Unlisted splits keep their name.
-        config_name: the Hub dataset's configuration, e.g. `"de-en"` for `"wmt/wmt14"`.
+        config_name: the Hub dataset's configuration, e.g. `"de-en"` for `"wmt14"`.
         src_column, tgt_column: table/dataset columns holding each side, when there is no
             `translation` column or you want other columns than those named `src_lang` / `tgt_lang`.
         column_names: names of the columns of a TSV file WITHOUT a header row, in order; by default
@@ -126,7 +126,7 @@ def load_parallel_corpus(
         raise ValueError(
             f"{_named('source', flags)}={str(source)!r} does not exist: pass an existing directory of "
             f"`{{split}}.{{lang}}[.gz]` files, a .tsv/.jsonl file, a `save_to_disk` directory, or a Hub dataset id "
-            f"such as 'wmt/wmt14'."
+            f"such as 'wmt14'."
         )
     return _load_hub_dataset(str(source), config_name, splits, split_names, cache_dir, flags, **pair)
 
@@ -294,7 +294,7 @@ def _load_hub_dataset(dataset_id, config_name, splits, split_names, cache_dir, f
         source, config = _named("source", flags), _named("config_name", flags)
         raise ValueError(
             f"Could not load the Hub dataset {source}={dataset_id!r} (config {config_name!r}): {error}. Check the id "
-            f"and {config} (WMT14 EN-DE: {source}='wmt/wmt14', {config}='de-en'), the network or HF_HUB_OFFLINE, or "
+            f"and {config} (WMT14 EN-DE: {source}='wmt14', {config}='de-en'), the network or HF_HUB_OFFLINE, or "
             f"pass a local directory."
         ) from error
     raw = _pick_splits(found, splits, split_names, f"the Hub dataset {dataset_id!r}", flags)

@@ -362,7 +362,7 @@ def check_data(values: dict, named: set[str]) -> dict:
             return {}
         raise ValueError(
             f"--dataset {dataset!r} does not exist: pass an existing directory of `{{split}}.{{lang}}[.gz]` files or "
-            f"of one .tsv/.jsonl file per split, a `save_to_disk` directory, or a Hub dataset id such as 'wmt/wmt14'."
+            f"of one .tsv/.jsonl file per split, a `save_to_disk` directory, or a Hub dataset id such as 'wmt14'."
         )
     if (path / "dataset_dict.json").is_file() or (path / "state.json").is_file():
         return {}  # a saved dataset: its splits and columns are checked when it is loaded

@@ -266,12 +266,12 @@ def collect_results(trainer, tokenizer, train_split, model_args, data_args, trai
                 "reason": getattr(args, "precision_reason", None),
                 "attention": config._attn_implementation,
                 "torch_compile": args.torch_compile,
-                # The config file's `cpu_float32` options, when the run trained in float32 on a CPU (command-line
-                # options won over them; the hyperparameters below are what the run used).
+                # The recipe's `cpu_float32` options, when the run trained in float32 on a CPU (command-line options
+                # won over them; the hyperparameters below are what the run used).
                 "cpu_float32_options": getattr(args, "preset_cpu_float32", None),
             },
-            # The preset the run trained with (`default`: no --recipe, chosen by corpus size) and, if its warm-up was
-            # fitted to the budget, {"warmup_steps": [preset's, fitted], "lr_factor": [preset's, for the same peak]}.
+            # The recipe the run trained with (`default`: no --recipe, chosen by corpus size) and, if its warm-up was
+            # fitted to the budget, {"warmup_steps": [recipe's, fitted], "lr_factor": [recipe's, for the same peak]}.
             "recipe": {**getattr(args, "recipe", {}), "warmup_fitted": getattr(args, "warmup_fitted", None)},
             "final_train_loss": train_result.training_loss,
             "hyperparameters": hyperparameters(trainer),

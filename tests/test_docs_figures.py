@@ -1,0 +1,86 @@
+"""The shipped model's figures in README.md and docs/ are its own `results.json`'s and its folder's size: the README
+table row is built from results.json, and each page that quotes the shipped run quotes its numbers."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from vanilla_transformer.translation.shipped import DEFAULT_MODEL, PRETRAINED_DIR, shipped_models
+
+
+ROOT = Path(__file__).resolve().parents[1]
+PRECISION = {"no": "float32", "bf16": "bfloat16", "fp16": "float16"}
+
+
+def results_of(name: str) -> dict:
+    return json.loads((PRETRAINED_DIR / name / "results.json").read_text())
+
+
+def readme_row(name: str) -> str:
+    """README.md's row for the shipped model `name`, from its results.json."""
+    results = results_of(name)
+    bleu, training = results["bleu"], results["training"]
+    return (
+        f"| `{name}` | {bleu['test']['score']:.2f} / {bleu['test']['lowercase']['score']:.2f} "
+        f"| {bleu['validation']['score']:.2f} / {bleu['validation']['lowercase']['score']:.2f} "
+        f"| {training['hardware']}: {PRECISION[training['precision']['mixed_precision']]} "
+        f"| {training['steps']:,} | {training['train_runtime_s'] / 60:.0f} "
+        f"| [README.md](vanilla_transformer/pretrained/{name}/README.md) |"
+    )
+
+
+def page(name: str) -> str:
+    return " ".join((ROOT / name).read_text().split())  # one line: a figure may sit across a line break
+
+
+def test_the_readme_table_is_the_shipped_models_results():
+    lines = (ROOT / "README.md").read_text().splitlines()
+    start = lines.index("<!-- shipped-models-table -->") + 3  # the marker, the header, the rule
+    rows = []
+    for line in lines[start:]:
+        if not line.startswith("| "):
+            break
+        rows.append(line)
+    assert rows == [readme_row(name) for name in shipped_models()]
+
+
+def test_the_readme_names_the_shipped_decoding():
+    decoding = results_of(DEFAULT_MODEL)["decoding"]
+    assert f"(beam {decoding['num_beams']}, length penalty {decoding['length_penalty']})" in page("README.md")
+
+
+def test_results_md_quotes_the_shipped_run():
+    results = results_of(DEFAULT_MODEL)
+    bleu, training = results["bleu"], results["training"]
+    averaging = results["checkpoint_averaging"]
+    text = page("docs/results.md")
+    expected = [
+        f"{training['train_runtime_s'] / 60:.1f} minutes, {training['steps']:,} updates ({training['epochs']:.1f} "
+        f"epochs), {training['tokens_per_second']:,.0f} source + target tokens per second",
+        f"average of {averaging['num_checkpoints']} (shipped)",
+        f"**{bleu['validation']['score']:.2f}** (float32 weights: {results['shipping']['float32_weights_bleu']['validation']:.2f})",
+        f"| {bleu['validation']['lowercase']['score']:.2f} |",
+        f"**{bleu['test']['score']:.2f}** (float32 weights: {results['shipping']['float32_weights_bleu']['test']:.2f})",
+        f"| {bleu['test']['lowercase']['score']:.2f} |",
+        f"decoded with its generation config (beam {results['decoding']['num_beams']}, length penalty "
+        f"{results['decoding']['length_penalty']})",
+    ]
+    assert [figure for figure in expected if figure not in text] == []
+
+
+@pytest.mark.parametrize("name", ["docs/performance.md", "docs/model.md"])
+def test_the_float32_figures_name_the_shipped_run(name):
+    """The float32 hours on CPU-C are ranges of other runs; each page that gives them also gives the shipped run's."""
+    training = results_of(DEFAULT_MODEL)["training"]
+    text = page(name)
+    assert f"{training['tokens_per_second']:,.0f}" in text and f"{training['steps']:,}" in text
+
+
+def test_the_shipped_folders_size_is_said_one_way():
+    folder = PRETRAINED_DIR / DEFAULT_MODEL
+    size = f"{sum(p.stat().st_size for p in folder.iterdir()) / 1e6:.1f} MB"
+    weights = f"{(folder / 'model.safetensors').stat().st_size / 1e6:.1f} MB"
+    assert f"the folder is {size} in all" in page("docs/results.md")
+    assert f"halves them ({weights};" in page("docs/results.md")
+    assert f"The wheel grows by the folder's size, {size}." in page("docs/sharing.md")
