@@ -617,7 +617,7 @@ def parse_args(argv: list[str] | None = None, train_pairs: int | None = None):
     preset, cpu_float32 = read_preset(config, known)
     if given.get("help") or given.get("help_all"):  # `preflight` prints them too, from options.json
         parser = build_parser(show_all=bool(given.get("help_all")))
-        print(format_help(parser, argv, given, preset, cpu_float32), end="")
+        print(format_help(parser, given, preset, cpu_float32), end="")
         raise SystemExit(0)
     # Without an accelerator, say so to the Trainer: only then does it set up gloo data parallelism across the
     # processes of `accelerate launch --multi_gpu` / `torchrun` (otherwise each CPU process trains alone).

@@ -310,7 +310,9 @@ def set_help_defaults(parser, defaults: dict, cpu_float32: dict) -> None:
             setattr(action, CPU_FLOAT32, cpu_float32[action.dest])
 
 
-def format_help(parser, argv: list[str], given: dict, preset: dict, cpu_float32: dict) -> str:
+def format_help(parser, given: dict, preset: dict, cpu_float32: dict) -> str:
+    """`--help` of `parser` (the live one or `option_parser`'s) for a command line that gives `given`, with the
+    recipe's options `preset` and `cpu_float32`."""
     set_help_defaults(parser, help_defaults(given, preset), cpu_float32)
     return parser.format_help()
 
@@ -330,7 +332,7 @@ def preflight(argv: list[str]) -> list[str]:
     if given.get("help") or given.get("help_all"):
         if given.get("help_all"):
             parser = option_parser(show_all=True, table=table)
-        print(format_help(parser, argv, given, preset, cpu_float32), end="")
+        print(format_help(parser, given, preset, cpu_float32), end="")
         raise SystemExit(0)
     parser.set_defaults(**preset)
     values = vars(parser.parse_args(argv))
