@@ -14,7 +14,7 @@ MULTI30K = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
 def read_lines(path: Path, limit: int | None = None) -> list[str]:
     """The first `limit` lines (all by default) of a gzipped text file, without their line ends."""
     if not path.exists():
-        raise ValueError(f"Data file {str(path)!r} not found: pass `--data-dir` pointing at the multi30k directory.")
+        raise ValueError(f"Data file {str(path)!r} not found: pass `--data_dir` pointing at the multi30k directory.")
     with gzip.open(path, "rt", encoding="utf-8") as handle:
         return [line.rstrip("\n") for line in itertools.islice(handle, limit)]
 
@@ -27,7 +27,7 @@ def make_batches(tokenizer, source: list[str], target: list[str], batch_size: in
     if needed > len(source):
         raise ValueError(
             f"{count} batches of {batch_size} sentences need {needed} pairs but the evaluation file has "
-            f"{len(source)}: lower `--train-batch` / `--gen-batch` / `--batches`."
+            f"{len(source)}: lower `--train_batch` / `--gen_batch` / `--batches`."
         )
     batches = []
     for start in range(0, needed, batch_size):

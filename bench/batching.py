@@ -17,7 +17,7 @@ It reports, per scheme:
 Default run: a few minutes on 2 CPU cores. `--help` for more (bigger budget, more batches, --device cuda).
 
     python bench/batching.py
-    python bench/batching.py --max-tokens 4000 --batches 60 --device cuda
+    python bench/batching.py --max_tokens 4000 --batches 60 --device cuda
 """
 
 from __future__ import annotations
@@ -49,18 +49,18 @@ def parse_args() -> argparse.Namespace:
         description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
     )
     p.add_argument("--data", default=str(MULTI30K), help="directory with train.{en,de}.gz")
-    p.add_argument("--src-lang", default="en")
-    p.add_argument("--tgt-lang", default="de")
-    p.add_argument("--max-tokens", type=int, default=1000, help="token budget per batch (padded, max of both sides)")
+    p.add_argument("--src_lang", default="en")
+    p.add_argument("--tgt_lang", default="de")
+    p.add_argument("--max_tokens", type=int, default=1000, help="token budget per batch (padded, max of both sides)")
     p.add_argument("--batches", type=int, default=30, help="timed batches per scheme")
     p.add_argument("--warmup", type=int, default=2, help="untimed batches per scheme before timing")
-    p.add_argument("--vocab-size", type=int, default=8000)
-    p.add_argument("--d-model", type=int, default=128, help="model width (preset 'small' otherwise)")
+    p.add_argument("--vocab_size", type=int, default=8000)
+    p.add_argument("--d_model", type=int, default=128, help="model width (preset 'small' otherwise)")
     p.add_argument("--layers", type=int, default=2, help="encoder and decoder layers")
     p.add_argument("--device", default="cpu")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--cache-dir", default=None, help="datasets cache (default HF_DATASETS_CACHE)")
+    p.add_argument("--cache_dir", default=None, help="datasets cache (default HF_DATASETS_CACHE)")
     return p.parse_args()
 
 

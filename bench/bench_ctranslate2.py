@@ -17,8 +17,8 @@ from other jobs on the machine falls on all engines alike. Printed per preset an
 time of each engine, its speed-up over `generate-float32` (ratio of medians, CPU time: the steadier clock on a
 shared machine; wall in brackets), and the best engine; also the CPU, its flags and the load average.
 
-Random weights never emit `</s>`, so the output length is fixed: `--new-tokens` (default 30, about a Multi30k
-German sentence), the same number of decoder steps for every engine. (`--new-tokens 0` uses the model's rule,
+Random weights never emit `</s>`, so the output length is fixed: `--new_tokens` (default 30, about a Multi30k
+German sentence), the same number of decoder steps for every engine. (`--new_tokens 0` uses the model's rule,
 at most source length + 50 tokens: every random-weight translation then runs to that limit, which a trained model
 rarely does, and CTranslate2 decodes beam-search batches of one source length only, to reproduce `generate`'s
 per-sentence limit; see vanilla_transformer/translation/ctranslate2.py.) The `--bleu` run times a trained model end to
@@ -120,11 +120,11 @@ class Worker:
             engine,
             "--model",
             str(model),
-            "--sentences-file",
+            "--sentences_file",
             str(sentences),
             "--threads",
             str(threads),
-            "--new-tokens",
+            "--new_tokens",
             str(new_tokens or 0),
         ]
         env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
@@ -317,7 +317,7 @@ def main() -> None:
         "--sentences", type=int, default=None, help="test2016 sentences per run (default 64 for small, 24 for base)"
     )
     parser.add_argument(
-        "--new-tokens",
+        "--new_tokens",
         type=int,
         default=30,
         help="output length (default 30; 0: the model's rule, at most source length + 50)",
@@ -340,7 +340,7 @@ def main() -> None:
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--engine", help=argparse.SUPPRESS)
     parser.add_argument("--model", help=argparse.SUPPRESS)
-    parser.add_argument("--sentences-file", help=argparse.SUPPRESS)
+    parser.add_argument("--sentences_file", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.new_tokens == 0:
         args.new_tokens = None

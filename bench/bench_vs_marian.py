@@ -39,7 +39,7 @@ Run from the repository root:
     python bench/bench_vs_marian.py --threads 1                                  # small + base, float32
     python bench/bench_vs_marian.py --threads 1 --dtype float32,bfloat16 --compile
     python bench/bench_vs_marian.py --presets small --reps 9 --profile
-    python bench/bench_vs_marian.py --device cuda --dtype float32,bfloat16 --compile --train-batch 256 --gen-batch 64
+    python bench/bench_vs_marian.py --device cuda --dtype float32,bfloat16 --compile --train_batch 256 --gen_batch 64
 
 This is a benchmark, not a test: it asserts nothing about speed.
 """
@@ -628,9 +628,9 @@ def parse_args(argv=None) -> argparse.Namespace:
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter
     )
     parser.add_argument("--presets", default="small,base", help="comma-separated presets (small, base, big)")
-    parser.add_argument("--vocab-size", type=int, default=8000, help="shared BPE vocabulary (default 8000)")
+    parser.add_argument("--vocab_size", type=int, default=8000, help="shared BPE vocabulary (default 8000)")
     parser.add_argument(
-        "--tokenizer-sentences", type=int, default=10000, help="training pairs the tokenizer learns from"
+        "--tokenizer_sentences", type=int, default=10000, help="training pairs the tokenizer learns from"
     )
     parser.add_argument(
         "--threads", type=int, default=os.cpu_count(), help="torch.set_num_threads (default: all cores)"
@@ -645,9 +645,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument(
         "--compile", action="store_true", help="also time ours under torch.compile in the last --dtype (training step)"
     )
-    parser.add_argument("--train-batch", type=int, help="sentences per training batch (default per preset)")
-    parser.add_argument("--gen-batch", type=int, help="sentences per generation batch, x4 beams (default per preset)")
-    parser.add_argument("--new-tokens", type=int, help="tokens every beam generates (default per preset)")
+    parser.add_argument("--train_batch", type=int, help="sentences per training batch (default per preset)")
+    parser.add_argument("--gen_batch", type=int, help="sentences per generation batch, x4 beams (default per preset)")
+    parser.add_argument("--new_tokens", type=int, help="tokens every beam generates (default per preset)")
     parser.add_argument("--reps", type=int, help="timed repetitions per variant (default per preset)")
     parser.add_argument("--warmup", type=int, default=1, help="untimed runs per variant before timing (default 1)")
     parser.add_argument(
@@ -657,13 +657,13 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="distinct batches, cycled over the repetitions (default 1: then the IQR is timing noise only,\n"
         "not the spread of batch shapes)",
     )
-    parser.add_argument("--no-peak", action="store_true", help="skip the machine-peak probe (no MFU)")
+    parser.add_argument("--no_peak", action="store_true", help="skip the machine-peak probe (no MFU)")
     parser.add_argument("--profile", action="store_true", help="also print where the time goes (torch.profiler)")
-    parser.add_argument("--profile-ops", action="store_true", help="with --profile: also the top ops per model")
-    parser.add_argument("--skip-train", action="store_true", help="time generation only")
-    parser.add_argument("--skip-generate", action="store_true", help="time the training step only")
+    parser.add_argument("--profile_ops", action="store_true", help="with --profile: also the top ops per model")
+    parser.add_argument("--skip_train", action="store_true", help="time generation only")
+    parser.add_argument("--skip_generate", action="store_true", help="time the training step only")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--data-dir", type=Path, default=MULTI30K, help="directory with Multi30k *.en.gz / *.de.gz")
+    parser.add_argument("--data_dir", type=Path, default=MULTI30K, help="directory with Multi30k *.en.gz / *.de.gz")
     args = parser.parse_args(argv)
 
     args.presets = [p.strip() for p in args.presets.split(",") if p.strip()]

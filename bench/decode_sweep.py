@@ -5,7 +5,7 @@ Translates the whole validation split once per (beam, length penalty) pair with 
 the average of its last `--average` checkpoints) and prints cased and lowercased sacreBLEU and the mean output
 length for each. The test split is refused: it is scored once, with the settings chosen here.
 
-    python bench/decode_sweep.py runs/multi30k_en_de_small --beams 4 6 --length-penalties 0.6 1.0 1.5
+    python bench/decode_sweep.py runs/multi30k_en_de_small --beams 4 6 --length_penalties 0.6 1.0 1.5
 
 `--forms length gnmt` compares the two length penalty forms: transformers' score / length ** alpha (fairseq's
 `--lenpen`, the default) and the paper's GNMT score / ((5 + length) / 6) ** alpha (docs/model.md).
@@ -43,7 +43,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("run_dir", type=Path)
     parser.add_argument("--beams", type=int, nargs="+", default=[4])
-    parser.add_argument("--length-penalties", type=float, nargs="+", default=[0.6, 1.0])
+    parser.add_argument("--length_penalties", type=float, nargs="+", default=[0.6, 1.0])
     parser.add_argument(
         "--forms",
         nargs="+",
@@ -52,7 +52,7 @@ def main(argv=None) -> int:
         help="length penalty forms: " + "; ".join(f"{name}: {what}" for name, what in LENGTH_PENALTY_FORMS.items()),
     )
     parser.add_argument("--average", type=int, default=0, help="Average the last K checkpoints (0: the final model).")
-    parser.add_argument("--data-dir", type=Path, default=MULTI30K)
+    parser.add_argument("--data_dir", type=Path, default=MULTI30K)
     parser.add_argument("--split", default="val", help="Never the test split.")
     args = parser.parse_args(argv)
     if args.split.startswith("test"):

@@ -7,13 +7,13 @@ a preset (default `small`) translates the first `--sentences` Multi30k EN valida
 alpha 0.6; the two forms are timed batch by batch one after the other, `--reps` times, and the sums over the batches of
 each batch's fastest time are compared (robust to other jobs on the machine), in three settings:
 
-- `--new-tokens` steps exactly (`</s>` suppressed until then): both forms do the same model work, so the ratio is
+- `--new_tokens` steps exactly (`</s>` suppressed until then): both forms do the same model work, so the ratio is
   the cost of the penalty's code alone;
 - the model's length rule (source length + 50) with `early_stopping=True`, and with "never" (the WMT14 presets'
   setting): a random model's sentences end at other steps with either form (with `gnmt` any `</s>` among the
   2 x beam candidates finishes a hypothesis), so the generated-token counts and the time per token are printed too.
 
-    python bench/gnmt_penalty_speed.py [--preset small] [--sentences 32] [--batch-size 8] [--reps 5] [--threads 1]
+    python bench/gnmt_penalty_speed.py [--preset small] [--sentences 32] [--batch_size 8] [--reps 5] [--threads 1]
 """
 
 from __future__ import annotations
@@ -56,11 +56,11 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--preset", default="small")
     parser.add_argument("--sentences", type=int, default=32)
-    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--batch_size", type=int, default=8)
     parser.add_argument("--reps", type=int, default=5)
-    parser.add_argument("--new-tokens", type=int, default=30, help="steps of the fixed-length setting")
+    parser.add_argument("--new_tokens", type=int, default=30, help="steps of the fixed-length setting")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
-    parser.add_argument("--data-dir", type=Path, default=MULTI30K)
+    parser.add_argument("--data_dir", type=Path, default=MULTI30K)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
 

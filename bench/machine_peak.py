@@ -134,7 +134,7 @@ def main(argv=None) -> None:
         "--presets", default="small,base", help="presets whose GEMM shapes are timed (default small,base)"
     )
     parser.add_argument("--tokens", type=int, default=2048, help="rows of the activations (tokens in a batch)")
-    parser.add_argument("--vocab-size", type=int, default=8000)
+    parser.add_argument("--vocab_size", type=int, default=8000)
     parser.add_argument("--threads", type=int, default=os.cpu_count(), help="torch threads (default: all cores)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--reps", type=int, default=5)

@@ -13,15 +13,15 @@ processes with the machine's threads:
 2. the same command with `--recipe multi30k_en_de_cpu` before its options (the command line wins over the preset, so
    the data, direction and time are the same).
 
-(`--side-by-side`: both at once, each pinned to one of the machine's first two CPUs with one thread, so the two
+(`--side_by_side`: both at once, each pinned to one of the machine's first two CPUs with one thread, so the two
 share every condition of the machine and the comparison takes the time limit once; each has half the machine, so
 both make fewer updates than alone) and prints, for each: the recipe, the precision and why, the minutes, updates, validation BLEU at the end, and test
 BLEU of the final and the averaged model, with the CPU's flags. A full comparison takes twice the README's time
 limit (2 hours) plus the test translations:
 
     python bench/own_data_vs_preset.py                            # the README's 60 minutes, each
-    python bench/own_data_vs_preset.py --side-by-side             # both at once, one CPU each: 1 hour
-    python bench/own_data_vs_preset.py --minutes 0.5 --eval-pairs 50 --work /tmp/own   # does the script work?
+    python bench/own_data_vs_preset.py --side_by_side             # both at once, one CPU each: 1 hour
+    python bench/own_data_vs_preset.py --minutes 0.5 --eval_pairs 50 --work /tmp/own   # does the script work?
 """
 
 from __future__ import annotations
@@ -131,7 +131,7 @@ def summary(run_dir: Path) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data-dir", type=Path, default=MULTI30K, help="Multi30k's directory of .gz line files.")
+    parser.add_argument("--data_dir", type=Path, default=MULTI30K, help="Multi30k's directory of .gz line files.")
     parser.add_argument("--src", default="fr", help="Source language of Multi30k (default fr: no preset has fr->de).")
     parser.add_argument("--tgt", default="de", help="Target language of Multi30k.")
     parser.add_argument("--preset", default="multi30k_en_de_cpu", help="The preset to compare with.")
@@ -139,19 +139,19 @@ def main(argv: list[str] | None = None) -> int:
         "--minutes", type=float, default=None, help="The time limit of each run (default: the README command's)."
     )
     parser.add_argument(
-        "--eval-pairs", type=int, default=None, help="Only the first N validation and test pairs (a quick check)."
+        "--eval_pairs", type=int, default=None, help="Only the first N validation and test pairs (a quick check)."
     )
     parser.add_argument(
         "--work", type=Path, default=ROOT / "runs" / "own_data_vs_preset", help="Directory for data and runs."
     )
     parser.add_argument(
-        "--side-by-side",
+        "--side_by_side",
         action="store_true",
         help="Both runs at once, each pinned to one CPU with one thread (CPUs 0 and 1).",
     )
     args = parser.parse_args(argv)
     if args.side_by_side and len(os.sched_getaffinity(0)) < 2:
-        raise SystemExit("--side-by-side needs two CPUs: this process may run on one.")
+        raise SystemExit("--side_by_side needs two CPUs: this process may run on one.")
     if args.work.exists():
         raise SystemExit(f"--work {args.work} exists: remove it or choose another directory (runs are not mixed).")
 

@@ -1,8 +1,8 @@
 """Rescore every shipped model and compare with what its folder publishes: results.json and the card's model-index.
 
-    python bench/rescore_shipped.py [NAME ...] [--data-dir DIR] [--tolerance 0.05]
+    python bench/rescore_shipped.py [NAME ...] [--data_dir DIR] [--tolerance 0.05]
 
-`--data-dir` is Multi30k's `data/task1/raw` directory; by default `multi30k/data/task1/raw` where the README clones
+`--data_dir` is Multi30k's `data/task1/raw` directory; by default `multi30k/data/task1/raw` where the README clones
 it (from the directory the command runs in), else `../shared/data/multi30k` beside the repository.
 
 Each folder in `vanilla_transformer/pretrained/` is loaded as a user loads it (`from_pretrained`, float32), its
@@ -71,7 +71,7 @@ def main(argv=None) -> int:
     parser.add_argument("names", nargs="*", help=f"shipped models to rescore (default: all, {shipped_models()})")
     default = README_CLONE if README_CLONE.is_dir() else MULTI30K
     parser.add_argument(
-        "--data-dir", type=Path, default=default, help=f"Multi30k's data/task1/raw (default {default})"
+        "--data_dir", type=Path, default=default, help=f"Multi30k's data/task1/raw (default {default})"
     )
     parser.add_argument("--tolerance", type=float, default=0.05, help="largest accepted difference in BLEU")
     args = parser.parse_args(argv)

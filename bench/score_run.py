@@ -70,7 +70,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("run_dir", type=Path, nargs="?", help="Without it: print the table's rows as markdown.")
     parser.add_argument("--average", type=int, default=10, help="Average the last K complete checkpoints (0 = no).")
-    parser.add_argument("--data-dir", type=Path, default=MULTI30K)
+    parser.add_argument("--data_dir", type=Path, default=MULTI30K)
     parser.add_argument("--split", default="val", help="Never the test split: the search tunes on validation data.")
     parser.add_argument("--table", type=Path, default=Path(__file__).with_name("multi30k_search.jsonl"))
     parser.add_argument("--note", default="", help="What the run changed, for the table.")

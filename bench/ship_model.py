@@ -122,7 +122,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("run_dir", type=Path, help="a finished `vanilla-transformer train` --output_dir")
     parser.add_argument("name", help="the shipped model's short name, e.g. multi30k-en-de")
-    parser.add_argument("--data-dir", type=Path, default=MULTI30K, help=f"the Multi30k directory (default {MULTI30K})")
+    parser.add_argument("--data_dir", type=Path, default=MULTI30K, help=f"the Multi30k directory (default {MULTI30K})")
     parser.add_argument("--weights", default="bfloat16", choices=("bfloat16", "float32"), help="stored weight type")
     args = parser.parse_args(argv)
     torch.manual_seed(0)

@@ -1,12 +1,12 @@
 """What subword splitting (`--subword_split P`, vanilla_transformer/training/augmentation.py) costs in tokens and padding.
 
 Builds one epoch of Multi30k EN->DE training batches the way train.py does (shared BPE trained on the training split,
-`TokenBatchSampler` with `--max-tokens`, `DataCollatorForSeq2Seq`), splits each batch as the trainer does
+`TokenBatchSampler` with `--max_tokens`, `DataCollatorForSeq2Seq`), splits each batch as the trainer does
 (`split_batch`, seeded per batch), and prints, per P, the real (non-pad) tokens and the padded tokens (what the model
 computes on) relative to the unsplit epoch, and the padding fraction. No model is run: this is the data-side cost;
 the training speed follows the padded tokens. Seconds on 2 CPU cores.
 
-    python bench/subword_split_cost.py [--p 0.05 0.1 0.2] [--max-tokens 2048] [--vocab-size 8000]
+    python bench/subword_split_cost.py [--p 0.05 0.1 0.2] [--max_tokens 2048] [--vocab_size 8000]
 """
 
 from __future__ import annotations
@@ -33,9 +33,9 @@ from vanilla_transformer.training.augmentation import merge_tree, split_batch  #
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--p", type=float, nargs="+", default=[0.05, 0.1, 0.2])
-    parser.add_argument("--max-tokens", type=int, default=2048)
-    parser.add_argument("--vocab-size", type=int, default=8000)
-    parser.add_argument("--data-dir", default=str(MULTI30K))
+    parser.add_argument("--max_tokens", type=int, default=2048)
+    parser.add_argument("--vocab_size", type=int, default=8000)
+    parser.add_argument("--data_dir", default=str(MULTI30K))
     args = parser.parse_args()
 
     source = read_lines(Path(args.data_dir) / "train.en.gz")

@@ -1,6 +1,6 @@
 """Peak memory of `vanilla-transformer translate` against the input's size: a tiny model, greedy, N lines.
 
-    python bench/translate_memory.py [--lines 10000 200000] [--repo .] [--data-dir DIR]
+    python bench/translate_memory.py [--lines 10000 200000] [--repo .] [--data_dir DIR]
 
 A tiny model (1 layer each side, d_model 32, untrained: the figure is about the command, not the model) and its
 tokenizer (trained on Multi30k's English and German) are saved to a temporary directory; an input of N lines cycles
@@ -67,7 +67,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--lines", type=int, nargs="+", default=[10_000, 200_000], help="input sizes")
     parser.add_argument("--repo", type=Path, default=Path(__file__).resolve().parents[1], help="checkout to run")
-    parser.add_argument("--data-dir", type=Path, default=MULTI30K, help=f"Multi30k (default {MULTI30K})")
+    parser.add_argument("--data_dir", type=Path, default=MULTI30K, help=f"Multi30k (default {MULTI30K})")
     parser.add_argument(
         "--options",
         default="--num_beams 1 --max_new_tokens 4 --batch_size 128",

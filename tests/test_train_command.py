@@ -15,7 +15,8 @@ from helpers import read_multi30k, subprocess_env, tiny_options, write_multi30k_
 from safetensors.torch import load_file
 
 from vanilla_transformer.training import command as train
-from vanilla_transformer.training.options import PRESETS_DIR, default_recipe, parse_args, shipped_presets
+from vanilla_transformer.training.options import parse_args
+from vanilla_transformer.training.preflight import PRESETS_DIR, default_recipe, shipped_presets
 
 
 REFERENCE = Path(__file__).resolve().parent / "data" / "reference_losses.json"
@@ -155,15 +156,15 @@ def test_the_command_line_gives_no_traceback_and_exit_status_2(tmp_path):
         result = subprocess.run(
             [*command, "--dataset", str(tmp_path / "missing"), "--report_to", "none"],
             cwd=tmp_path,
-            env=subprocess_env(),
+            env=subprocess_env(PYTHONPATH=str(root)),  # this checkout's package, wherever the venv installed one
             capture_output=True,
             text=True,
         )
         assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
         assert result.stderr.strip().splitlines() == [
-            f"vanilla-transformer train: error: --dataset={str(tmp_path / 'missing')!r} does not exist: pass an "
-            "existing directory of `{split}.{lang}[.gz]` files, a .tsv/.jsonl file, a `save_to_disk` directory, or a "
-            "Hub dataset id such as 'wmt14'."
+            f"vanilla-transformer train: error: --dataset {str(tmp_path / 'missing')!r} does not exist: pass an "
+            "existing directory of `{split}.{lang}[.gz]` files or of one .tsv/.jsonl file per split, a `save_to_disk` "
+            "directory, or a Hub dataset id such as 'wmt14'."
         ]
         assert list(tmp_path.iterdir()) == []
 

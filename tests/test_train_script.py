@@ -16,7 +16,8 @@ from vanilla_transformer import VanillaTransformerForConditionalGeneration
 from vanilla_transformer.data.tokenizer import load_tokenizer
 from vanilla_transformer.training import command as train
 from vanilla_transformer.training import report
-from vanilla_transformer.training.options import PRESETS_DIR, VanillaTrainingArguments
+from vanilla_transformer.training.options import VanillaTrainingArguments, parse_args
+from vanilla_transformer.training.preflight import PRESETS_DIR
 from vanilla_transformer.training.report import describe_hardware
 
 
@@ -186,7 +187,7 @@ def test_config_file_sets_defaults_that_the_command_line_overrides(tmp_path, for
     config = tmp_path / "preset.json"
     config.write_text(json.dumps({"max_steps": 7, "vocab_size": 1234, "preset": "base", "warmup_steps": 11}))
     option = ["--recipe", str(config)] if form == "separate" else [f"--recipe={config}"]
-    model_args, _, tok_args, _, training_args = train.parse_args(
+    model_args, _, tok_args, _, training_args = parse_args(
         [*option, "--output_dir", str(tmp_path / "run"), "--warmup_steps", "22", "--report_to", "none"]
     )
     assert (training_args.max_steps, tok_args.vocab_size, model_args.preset) == (7, 1234, "base")
@@ -195,7 +196,7 @@ def test_config_file_sets_defaults_that_the_command_line_overrides(tmp_path, for
 
 @pytest.mark.parametrize("path", sorted(PRESETS_DIR.glob("*.json")), ids=lambda p: p.name)
 def test_shipped_presets_parse(path):
-    model_args, data_args, _, run_args, training_args = train.parse_args(["--recipe", str(path)])
+    model_args, data_args, _, run_args, training_args = parse_args(["--recipe", str(path)])
     assert training_args.output_dir and model_args.preset
     if path.name.startswith("multi30k_"):
         # One recipe for every Multi30k direction (tuned on EN->DE validation data): only the languages and the
@@ -213,7 +214,7 @@ def test_shipped_presets_parse(path):
                 assert (MULTI30K / f"{split}.{lang}.gz").is_file()
         # Its float32-on-a-CPU options parse and apply on any machine (`--bf16 false --use_cpu` force that case).
         options = own["cpu_float32"]
-        parsed = train.parse_args(["--recipe", str(path), "--bf16", "false", "--use_cpu", "true"])
+        parsed = parse_args(["--recipe", str(path), "--bf16", "false", "--use_cpu", "true"])
         assert parsed[-1].preset_cpu_float32 == options
         for key, value in options.items():
             assert [getattr(args, key) for args in parsed if hasattr(args, key)] == [value], key
@@ -239,7 +240,7 @@ class _VocabularyOf100:
     ],
 )
 def test_layer_options_set_each_stack(tmp_path, options, depths):
-    model_args, *_ = train.parse_args(["--preset", "small", "--output_dir", str(tmp_path / "run"), *options])
+    model_args, *_ = parse_args(["--preset", "small", "--output_dir", str(tmp_path / "run"), *options])
     config = train.build_config(model_args, _VocabularyOf100())
     assert (config.encoder_layers, config.decoder_layers) == depths
     model = VanillaTransformerForConditionalGeneration(config)
@@ -251,7 +252,7 @@ def test_unknown_key_in_config_file_is_named(tmp_path):
     config.write_text(json.dumps({"max_steps": 7, "max_step": 8}))
     for option in (["--recipe", str(config)], [f"--recipe={config}"]):
         with pytest.raises(ValueError, match="'max_step'"):
-            train.parse_args([*option, "--output_dir", str(tmp_path / "run")])
+            parse_args([*option, "--output_dir", str(tmp_path / "run")])
 
 
 CPU_FLOAT32_OPTIONS = {"subword_split": 0.0, "dropout": 0.1}
@@ -272,7 +273,7 @@ def test_cpu_float32_options_apply_when_the_run_trains_in_float32_on_a_cpu(tmp_p
 
     def parse(*extra):
         argv = ["--recipe", str(config), "--output_dir", str(tmp_path / "run"), "--report_to", "none", *extra]
-        model_args, _, _, _, training_args = train.parse_args(argv)
+        model_args, _, _, _, training_args = parse_args(argv)
         return training_args.subword_split, model_args.dropout, getattr(training_args, "preset_cpu_float32", None)
 
     file_options, float32_options = (0.1, 0.2, None), (0.0, 0.1, CPU_FLOAT32_OPTIONS)
@@ -298,7 +299,7 @@ def test_a_torch_built_for_cuda_without_a_gpu_trains_as_a_cpu_run(tmp_path, monk
     config = tmp_path / "preset.json"
     config.write_text(json.dumps({"subword_split": 0.1, "cpu_float32": CPU_FLOAT32_OPTIONS}))
     argv = ["--recipe", str(config), "--output_dir", str(tmp_path / "run"), "--report_to", "none", "--bf16", "false"]
-    _, _, _, _, training_args = train.parse_args(argv)
+    _, _, _, _, training_args = parse_args(argv)
     assert training_args.use_cpu and training_args.preset_cpu_float32 == CPU_FLOAT32_OPTIONS
     assert training_args.subword_split == 0.0
 
@@ -345,7 +346,7 @@ def test_bad_cpu_float32_options_are_named(tmp_path, options, match):
     config = tmp_path / "preset.json"
     config.write_text(json.dumps({"max_steps": 7, "cpu_float32": options}))
     with pytest.raises(ValueError, match=match):
-        train.parse_args(["--recipe", str(config), "--output_dir", str(tmp_path / "run")])
+        parse_args(["--recipe", str(config), "--output_dir", str(tmp_path / "run")])
 
 
 def test_an_earlier_run_in_the_output_dir_is_refused_resumed_or_overwritten(data_dir, tmp_path):
@@ -411,6 +412,28 @@ def test_an_earlier_run_in_the_output_dir_is_refused_resumed_or_overwritten(data
     assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-1", "checkpoint-2"]
     averaged = json.loads((out / "averaged" / "results.json").read_text())
     assert averaged["checkpoint_averaging"]["checkpoints"] == ["checkpoint-1", "checkpoint-2"]
+
+
+def test_a_run_stopped_before_its_first_checkpoint_is_started_again(data_dir, tmp_path, monkeypatch):
+    """Issue 51: a run stopped before it saved anything leaves its tokenizer; the rerun, as typed the first time,
+    starts there (reusing that tokenizer), and --resume_from_checkpoint says to do just that, never the reverse."""
+    out = tmp_path / "run"
+    short = ["--max_steps", "1", "--test_split", "", "--plots", "false", "--max_train_samples", "300"]
+
+    def stop(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as patch:
+        patch.setattr(train, "build_trainer", stop)
+        with pytest.raises(KeyboardInterrupt):
+            train.train(_args(data_dir, out, *short))
+    assert sorted(p.name for p in out.iterdir()) == ["tokenizer"]
+    with pytest.raises(ValueError, match="holds no checkpoint.*start without --resume_from_checkpoint"):
+        train.train(_args(data_dir, out, *short, "--resume_from_checkpoint", "true"))
+    written = (out / "tokenizer" / "tokenizer.json").stat().st_mtime_ns
+    results = train.train(_args(data_dir, out, *short))
+    assert results["training"]["steps"] == 1 and (out / "model.safetensors").is_file()
+    assert (out / "tokenizer" / "tokenizer.json").stat().st_mtime_ns == written  # the stopped run's, reused
 
 
 def test_with_a_cool_down_only_its_checkpoints_are_averaged(data_dir, tmp_path):

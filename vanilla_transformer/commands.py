@@ -3,7 +3,8 @@
     vanilla-transformer COMMAND --help          # train, translate, export, push, attention, score, demo, average
 
 Each command's parser and function live in its subpackage's commands.py (translation/, evaluation/, hub/, demo/,
-training/); `train` has its own `HfArgumentParser` (training/command.py), routed to before this parser. What every
+training/); `train` has its own `HfArgumentParser` (training/command.py), routed to before this parser; its `--help`
+and early checks (training/preflight.py) need neither torch nor transformers either. What every
 parser shares is arguments.py. The console script, vanilla_transformer_cli.py beside the package, imports this
 module without registering the model with transformers, so that `--help` needs neither torch nor transformers;
 `main` registers before the command runs. Every command first runs its parser's `check` (what needs only the options

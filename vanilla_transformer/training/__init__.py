@@ -2,7 +2,8 @@
 
 - `command.py`: the command: options -> data -> tokenizer -> model -> Trainer -> report;
 - `options.py`: the options (dataclasses that validate themselves), the recipes of `recipes/` (`--recipe`), the
-  grouped `--help`;
+  grouped `--help`; `preflight.py`: that `--help` and the checks of the options and the file system, before torch
+  (from `options.json`, the options' description);
 - `trainer.py`: `VanillaTransformerTrainer`, the `Seq2SeqTrainer` with the schedule, the loss normalisation, token
   batches and evaluation; `schedule.py`: the warm-up schedule (section 5.3);
 - `callbacks.py`: the time limit, the cool-down planned in the time left, and the progress bar of a timed run;

@@ -5,7 +5,8 @@
     accelerate launch -m vanilla_transformer.training.command --recipe wmt14_en_de_base         # several GPUs or machines
     python -m vanilla_transformer.training.command ...  /  python train.py ...  (in a clone)    # the same command
 
-The steps, each a function below or in `vanilla_transformer.training`: parse and check the options
+The steps, each a function below or in `vanilla_transformer.training`: `--help` and the checks that need only the
+options and the file system, before torch loads (`training/preflight.py`), parse and check the options
 (`training/options.py`), load and check the data (`data/corpus.py`), check the output directory, get the shared
 tokenizer (trained on the training split unless given), build the model, tokenize, train
 (`training/trainer.py`, `training/callbacks.py`), then the end-of-run report (`training/report.py`). Every error in
@@ -23,21 +24,23 @@ import shutil
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from ..checkpoints import last_checkpoint
-from .options import (
-    ARGUMENT_CLASSES,
+from .preflight import (
     CPU_FLOAT32,
     LARGE_CORPUS,
     LARGE_CORPUS_RECIPE,
-    DataArguments,
-    ModelArguments,
-    RunArguments,
-    TokenizerArguments,
     default_recipe,
-    parse_args,
+    option_table,
+    output_dir_problem,
+    preflight,
 )
 
+
+# The options' dataclasses (options.py) import torch and transformers: they are imported once `preflight` has
+# printed --help or checked what needs only the options and the file system.
+if TYPE_CHECKING:
+    from .options import DataArguments, ModelArguments, RunArguments, TokenizerArguments
 
 logger = logging.getLogger("vanilla_transformer.training.command")
 PROG = "vanilla-transformer train"
@@ -61,7 +64,7 @@ def as_flags(message: str) -> str:
     """A library error as the command line's: an option name in backticks becomes its flag (`max_tokens` ->
     --max_tokens), the options sharing their names with the library's arguments. Where a name differs (the data
     loader's `source` is --dataset), the library is given the flag (`load_data`)."""
-    known = {f.name for cls in ARGUMENT_CLASSES for f in cls.__dataclass_fields__.values()} | {"config"}
+    known = {option["dest"] for group in option_table() for option in group["options"]} | {"config"}
     return re.sub(r"`(\w+)`", lambda match: f"--{match[1]}" if match[1] in known else match[0], message)
 
 
@@ -76,6 +79,9 @@ def train(argv: list[str] | None = None) -> dict:
 
 
 def _train(argv: list[str] | None) -> dict:
+    argv = preflight(list(sys.argv[1:] if argv is None else argv))  # before torch: --help, and the early checks
+    from .options import parse_args
+
     model_args, data_args, tok_args, run_args, training_args = parse_args(argv)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     from transformers import logging as transformers_logging
@@ -324,28 +330,18 @@ def build_config(model_args: ModelArguments, tokenizer):
 
 def prepare_output_dir(out_dir: Path, run_args: RunArguments, training_args) -> None:
     """Refuse to mix two runs in one directory: an earlier run's `checkpoint-*` would be averaged with this run's and
-    its tokenizer reused. A non-empty directory is taken only to resume, or emptied with --overwrite_output_dir.
-    Checked by the main process before any process writes there."""
+    its tokenizer reused. A non-empty directory is taken only to resume, or emptied with --overwrite_output_dir; one
+    that a run left before its first checkpoint (`preflight.stopped_before_first_checkpoint`) is started in again.
+    Checked by the main process before any process writes there (and by `preflight`, before torch loads)."""
     with training_args.main_process_first(desc="checking the output directory", local=False):
         if training_args.process_index != 0 or training_args.resume_from_checkpoint or not out_dir.is_dir():
             return
+        problem = output_dir_problem(out_dir, None, run_args.overwrite_output_dir)
+        if problem:
+            raise ValueError(problem)
         entries = sorted(p.name for p in out_dir.iterdir())
-        if not entries:
-            return
-        if not run_args.overwrite_output_dir:
-            listing = ", ".join(entries[:6]) + (", ..." if len(entries) > 6 else "")
-            raise ValueError(
-                f"`output_dir` {str(out_dir)!r} is not empty ({listing}): continue that run with "
-                f"`resume_from_checkpoint` true, replace it with `overwrite_output_dir`, or choose another `output_dir`."
-            )
-        # Only a directory this script wrote is emptied: a mistyped --output_dir must not delete someone's files.
-        written_by_a_run = ("trainer_state.json", "results.json", "tokenizer")
-        if last_checkpoint(str(out_dir)) is None and not any((out_dir / name).exists() for name in written_by_a_run):
-            raise ValueError(
-                f"`overwrite_output_dir`: {str(out_dir)!r} does not look like an output directory of a training run (no "
-                f"checkpoint, tokenizer/, trainer_state.json or results.json), so it is not emptied: remove it "
-                f"yourself or choose another `output_dir`."
-            )
+        if not entries or not run_args.overwrite_output_dir:
+            return  # empty, or a run stopped before its first checkpoint: this run starts there
         logger.warning("--overwrite_output_dir: deleting the earlier run in %s (%s).", out_dir, ", ".join(entries))
         for name in entries:
             path = out_dir / name

@@ -38,11 +38,13 @@ def add_average_parser(commands) -> None:
     )
     a.add_argument("--checkpoints", nargs="+", help="explicit checkpoint directories instead of RUN_DIR --last")
     a.add_argument("--output", required=True, help="directory to write the averaged model to")
-    a.set_defaults(func=cmd_average, command_parser=a)
+    a.set_defaults(func=cmd_average, check=check_average, command_parser=a)
 
 
-def cmd_average(args) -> int:
-    """Option errors are ValueErrors naming the option, found before any weight is read."""
+def check_average(args) -> list[str]:
+    """The checks of `average` that need only its options and the file system, run before torch loads
+    (`commands.main`): RUN_DIR or --checkpoints, the checkpoints' directories, --last, and an --output that can take
+    the average. Returns the checkpoint directories to average."""
     if (args.run_dir is None) == (args.checkpoints is None):
         raise ValueError("give either RUN_DIR (with --last) or --checkpoints, not both or neither")
     if args.checkpoints:
@@ -56,6 +58,14 @@ def cmd_average(args) -> int:
         checkpoints = _last_checkpoints_of(args.run_dir, args.last)
     if Path(args.output).resolve() in {Path(path).resolve() for path in checkpoints}:
         raise ValueError(f"--output {args.output!r} is one of the checkpoints averaged: write the average elsewhere.")
+    if Path(args.output).exists() and not Path(args.output).is_dir():
+        raise ValueError(f"--output {args.output!r} is a file: name a directory to write the averaged model to.")
+    return checkpoints
+
+
+def cmd_average(args) -> int:
+    """Option errors are ValueErrors naming the option, found before any weight is read."""
+    checkpoints = check_average(args)  # again, for a caller that did not run `commands.main`
     from .averaging import average_checkpoints, logger
 
     logger.setLevel(logging.INFO)  # its line naming the checkpoints averaged

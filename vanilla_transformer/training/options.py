@@ -6,14 +6,15 @@ Five dataclasses, parsed by transformers' `HfArgumentParser` (as `run_translatio
 `Seq2SeqTrainingArguments` re-defaulted to the paper's recipe (section 5) with the few fields it lacks. Each validates
 itself in `__post_init__`; `parse_args` adds what needs more than one of them, and the recipe (`--recipe NAME` or a
 JSON file; `--preset` is the model size). `--help` lists the recipe's options in groups; `--help_all` adds the
-Trainer's others, still accepted. docs/training.md explains every option group.
+Trainer's others, still accepted. `options.json` describes this parser for `preflight.py`, which prints the help
+and checks the command line before torch and transformers load (`write_option_table` rewrites it). docs/training.md
+explains every option group.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import difflib
 import json
 import logging
 import math
@@ -26,41 +27,34 @@ from types import SimpleNamespace
 import torch
 from transformers import HfArgumentParser, Seq2SeqTrainingArguments
 
-from ..checkpoints import last_checkpoint
 from ..configuration_vanilla_transformer import PRESETS
 from ..generation_vanilla_transformer import check_decoding
 from ..translation.precision import bf16_support
+from .preflight import (  # the command line's part that needs neither torch nor transformers
+    OPTIONS_FILE,
+    TRAINER_GROUP,
+    ErrorsAsValues,
+    add_parser_options,
+    default_recipe,
+    describe_parser,
+    format_help,
+    given_options,
+    number_or_none,
+    output_dir_problem,
+    parser_settings,
+    read_preset,
+    resume_value,
+)
 
 
 logger = logging.getLogger(__name__)
 
-PRESETS_DIR = Path(__file__).resolve().parent / "recipes"  # shipped in the wheel
 MODEL_PRESETS = tuple(PRESETS)  # --preset: the model sizes of the paper's Table 3, and the small one
-# A preset's key for options that replace its own when the run trains in float32 on a CPU (`bf16: "auto"` on a CPU
-# without native bfloat16, or bf16 off): the hour then trains on fewer tokens, and a short run wants other settings
-# (docs/model.md, "The cpu_float32 options").
-CPU_FLOAT32 = "cpu_float32"
 KEEP_CHECKPOINTS = ("averaged", "last", "all")  # --keep_checkpoints: see RunArguments
 LR_SCHEDULES = ("noam", "trainer")
-# The recipe of a run without --recipe, by the size of its training split (docs/training.md, "Without --recipe"):
-# the Multi30k presets' recipe less their data keys for a corpus of that kind of size, the same with the paper's
-# regularisation (label smoothing and dropout 0.1, no subword splitting) from LARGE_CORPUS pairs on.
-SMALL_CORPUS_RECIPE, LARGE_CORPUS_RECIPE = "own_data_small", "own_data_large"
-LARGE_CORPUS = 1_000_000
 # The largest share of a `max_steps` budget that a warm-up the command line did not set takes (`fit_warmup`): about
 # the Multi30k presets' share of their hour (docs/training.md, "A warm-up fitted to the budget").
 WARMUP_SHARE = 0.2
-
-
-def default_recipe(train_pairs: int | None = None) -> str:
-    """The shipped recipe a run without --recipe trains with: `own_data_large` for a training split of LARGE_CORPUS
-    pairs or more, else `own_data_small` (also before the data is read, `train_pairs` None).
-
-    Why the line is there: the Multi30k recipe regularises hard (label smoothing 0.2, dropout 0.15, subword
-    splitting), which the search chose for an hour that passes over its 29,000 pairs ~20-40 times. A run passes over
-    a million pairs a few times at most (the float32 CPU hour holds ~9 million tokens per side, a million pairs ~20-25
-    million), where the paper's values for WMT14's 4.5 million pairs (section 5.4) are the evidence."""
-    return LARGE_CORPUS_RECIPE if train_pairs is not None and train_pairs >= LARGE_CORPUS else SMALL_CORPUS_RECIPE
 
 
 def fit_warmup(warmup: float, minutes: float | None, preset_minutes: float | None, max_steps: int) -> float:
@@ -254,8 +248,8 @@ class RunArguments:
     overwrite_output_dir: bool = field(
         default=False,
         metadata={
-            "help": "Train into an --output_dir that holds an earlier run: its contents are deleted first. "
-            "Without it, a non-empty --output_dir is an error unless --resume_from_checkpoint is given."
+            "help": "Delete the earlier run in --output_dir first. Without it, or --resume_from_checkpoint, a "
+            "non-empty --output_dir is refused, unless it holds only what a run writes before its first checkpoint."
         },
     )
 
@@ -521,6 +515,9 @@ HELP_TEXTS = {
     "model, its card, plots and results.json and deletes the training files those pushes left (docs/sharing.md).",
     "hub_model_id": "The Hub repo to publish to: 'namespace/name', or 'name' in your namespace. Default: the name "
     "of --output_dir.",
+    "max_steps": "Updates to train for (with --max_train_minutes, at most this many); -1: --num_train_epochs decides.",
+    "dataloader_num_workers": "Processes that load the batches; 0: the training process itself.",
+    "use_cpu": "Train on the CPU even with an accelerator. Default: true where torch finds none, else false.",
     "hub_private_repo": "Create the Hub repo private. Visibility is chosen only when the repo is created: true with "
     "an existing public repo is an error.",
 }
@@ -544,92 +541,9 @@ IGNORED_UNLESS = {
 }
 
 
-class HelpFormatter(argparse.HelpFormatter):
-    """One spelling per option (`--max_tokens N`; `--max-tokens`, HfArgumentParser's hyphen form, still parses), no
-    `--no_plots` (`--plots false` says the same), and the default only where there is one. (argparse's formatter has
-    no public hooks: its own subclasses, e.g. `ArgumentDefaultsHelpFormatter`, override its private methods too.)"""
-
-    def add_argument(self, action):
-        if not any(flag.startswith("--no_") for flag in action.option_strings):
-            super().add_argument(action)
-
-    def _format_action_invocation(self, action):
-        if not action.option_strings:
-            return super()._format_action_invocation(action)
-        if action.nargs == 0:  # `-h, --help`; `--help_all` without its hyphen form
-            return ", ".join(dict.fromkeys(_shown_name(option) for option in action.option_strings))
-        return (
-            f"{action.option_strings[0]} {self._format_args(action, self._get_default_metavar_for_optional(action))}"
-        )
-
-    def _get_help_string(self, action):
-        help_text = action.help or ""
-        if action.default not in (None, False, "", argparse.SUPPRESS) and action.option_strings:
-            default = action.default.value if hasattr(action.default, "value") else action.default
-            help_text += f" (default: {default})"
-        return help_text
-
-
-def _shown_name(option: str) -> str:
-    """`--max-tokens` as `--max_tokens`: the name `--help` shows."""
-    return "--" + option[2:].replace("-", "_") if option.startswith("--") else option
-
-
-class ArgumentParser(HfArgumentParser):
+class ArgumentParser(ErrorsAsValues, HfArgumentParser):
     """`HfArgumentParser`, whose errors are ValueErrors: `train` prints them as every command prints its errors, one
     line `vanilla-transformer train: error: ...` naming the flag, exit status 2."""
-
-    def error(self, message: str):
-        raise ValueError(message)
-
-
-def preset_path(config: str) -> Path:
-    """The JSON file of `--recipe`: a shipped recipe by name (`multi30k_en_de_cpu`), or a file."""
-    path = Path(config)
-    if path.is_file():
-        return path
-    if (PRESETS_DIR / f"{config}.json").is_file() and path.name == config:
-        return PRESETS_DIR / f"{config}.json"
-    names = ", ".join(shipped_presets())
-    raise ValueError(f"--recipe {config!r} does not exist: it is neither a shipped recipe ({names}) nor a JSON file.")
-
-
-def shipped_presets() -> list[str]:
-    return sorted(p.stem for p in PRESETS_DIR.glob("*.json"))
-
-
-def read_preset(config: str, known: set[str]) -> tuple[dict, dict]:
-    """(options, cpu_float32 options) of a recipe file; an unknown key is an error with a did-you-mean."""
-    path = preset_path(config)
-    try:
-        options = json.loads(path.read_text(encoding="utf-8"))
-    except ValueError as error:
-        raise ValueError(f"--recipe {str(path)!r} is not valid JSON ({error}).") from None
-    if not isinstance(options, dict):
-        raise ValueError(f"--recipe {str(path)!r} must hold a JSON object of options.")
-    cpu_float32 = options.pop(CPU_FLOAT32, {})
-    if not isinstance(cpu_float32, dict):
-        raise ValueError(f"--recipe {str(path)!r}: {CPU_FLOAT32!r} must be an object of options, got {cpu_float32!r}.")
-    precision = {"bf16", "fp16", "use_cpu"}  # they decide whether the cpu_float32 options apply
-    for key in sorted(set(cpu_float32) & precision):
-        raise ValueError(
-            f"--recipe {str(path)!r}: {key!r} in {CPU_FLOAT32!r}: the precision options cannot be set there (they "
-            f"decide whether those options apply)."
-        )
-    for where, keys, allowed in (("", options, known), (f" in {CPU_FLOAT32!r}", cpu_float32, known)):
-        for key in sorted(set(keys) - allowed):
-            raise ValueError(
-                f"--recipe {str(path)!r}: unknown option {key!r}{where}{did_you_mean(key, allowed) or '.'}"
-            )
-    return options, cpu_float32
-
-
-def did_you_mean(name: str, candidates) -> str:
-    close = difflib.get_close_matches(name, list(candidates), n=1, cutoff=0.6)
-    return f"; did you mean {close[0]!r}?" if close else ""
-
-
-TRAINER_GROUP = "the Trainer's other options (Seq2SeqTrainingArguments)"
 
 
 def build_parser(show_all: bool = False) -> ArgumentParser:
@@ -659,34 +573,9 @@ def build_parser(show_all: bool = False) -> ArgumentParser:
         )
         for number, (title, names) in enumerate(groups.items())
     ]
-    parser = ArgumentParser(
-        layout,
-        prog="vanilla-transformer train",
-        usage="vanilla-transformer train [--recipe RECIPE] [--dataset DATA] [--output_dir DIR] [OPTIONS]",
-        description="Train the Transformer of 'Attention Is All You Need' with the paper's recipe (section 5) on the "
-        "Hugging Face Trainer. Options given on the command line win over the recipe's; without --recipe the recipe "
-        f"is {SMALL_CORPUS_RECIPE} ({LARGE_CORPUS_RECIPE} for a training split of {LARGE_CORPUS:,} pairs or more).",
-        epilog="Recipes shipped: " + ", ".join(shipped_presets()) + ". `--recipe RECIPE --help` shows the recipe's "
-        "values as the defaults (without --recipe, those of the small-corpus recipe). docs/training.md explains every "
-        "option group.",
-        allow_abbrev=False,
-        formatter_class=HelpFormatter,
-        add_help=False,  # `parse_args` prints the help once the recipe has set the defaults it shows
-    )
+    parser = ArgumentParser(layout, **parser_settings())
     parser.dataclass_types = list(ARGUMENT_CLASSES)  # what parse_args_into_dataclasses builds
-    parser.add_argument("-h", "--help", action="store_true", help="Show this help message and exit.")
-    parser.add_argument(
-        "--recipe",
-        default=None,
-        metavar="RECIPE",
-        help="A shipped recipe by name (training/recipes/), or a JSON file of options. Not --preset: the model size.",
-    )
-    parser.add_argument(
-        "--help_all", "--help-all", action="store_true", help="Show the Trainer's other options too, and exit."
-    )
-    # Without an accelerator, say so to the Trainer: only then does it set up gloo data parallelism across the
-    # processes of `accelerate launch --multi_gpu` / `torchrun` (otherwise each CPU process trains alone).
-    parser.set_defaults(use_cpu=torch.accelerator.current_accelerator(check_available=True) is None)
+    add_parser_options(parser)
     return parser
 
 
@@ -698,17 +587,9 @@ def _option_field(field: dataclasses.Field, hint, shown: bool) -> tuple:
         metadata["help"] = argparse.SUPPRESS
     kinds = typing.get_args(hint)
     number = next((kind for kind in kinds if kind in (int, float)), None)
-    kind = _number_or_none(number) if number and len(kinds) == 2 and type(None) in kinds else hint
+    kind = number_or_none(number) if number and len(kinds) == 2 and type(None) in kinds else hint
     default = dataclasses.field(default=field.default, default_factory=field.default_factory, metadata=metadata)
     return field.name, kind, default
-
-
-def _number_or_none(kind):
-    def parse(text: str):
-        return None if text.strip().lower() == "none" else kind(text)
-
-    parse.__name__ = kind.__name__  # argparse's message: "invalid int value"
-    return parse
 
 
 def trains_in_float32_on_cpu(bf16, fp16, use_cpu) -> bool:
@@ -717,22 +598,6 @@ def trains_in_float32_on_cpu(bf16, fp16, use_cpu) -> bool:
     fp16, use_cpu = (str(v).strip().lower() in TRUE_WORDS for v in (fp16, use_cpu))
     device = VanillaTrainingArguments._training_device_type(SimpleNamespace(use_cpu=use_cpu))
     return device == "cpu" and not fp16 and not resolve_bf16(bf16, fp16, device)[0]
-
-
-_NOT_GIVEN = object()  # the value of an option the command line does not give (`given_options`)
-
-
-def given_options(parser: ArgumentParser, argv: list[str], names) -> dict:
-    """The options of `names` (and `--help`, `--help_all`, `--recipe`) that `argv` gives, with their values as the
-    parser reads them; an unknown option is an error naming the closest one. The parser starts from a namespace in
-    which every option is `_NOT_GIVEN` (argparse fills in a default only where the namespace has no value)."""
-    names = set(names) | {"help", "help_all", "recipe"}
-    namespace, extra = parser.parse_known_args(argv, argparse.Namespace(**dict.fromkeys(names, _NOT_GIVEN)))
-    if extra:
-        unknown = next((a for a in extra if a.startswith("-")), extra[0])
-        flags = [f"--{name}" for name in names]
-        raise ValueError(f"unrecognized argument {unknown!r}{did_you_mean(unknown.split('=', 1)[0], flags) or '.'}")
-    return {name: value for name, value in vars(namespace).items() if value is not _NOT_GIVEN}
 
 
 def parse_args(argv: list[str] | None = None, train_pairs: int | None = None):
@@ -751,6 +616,13 @@ def parse_args(argv: list[str] | None = None, train_pairs: int | None = None):
     given = given_options(parser, argv, known)
     config = given.get("recipe") or default_recipe(train_pairs)
     preset, cpu_float32 = read_preset(config, known)
+    if given.get("help") or given.get("help_all"):  # `preflight` prints them too, from options.json
+        parser = build_parser(show_all=bool(given.get("help_all")))
+        print(format_help(parser, given, preset, cpu_float32), end="")
+        raise SystemExit(0)
+    # Without an accelerator, say so to the Trainer: only then does it set up gloo data parallelism across the
+    # processes of `accelerate launch --multi_gpu` / `torchrun` (otherwise each CPU process trains alone).
+    parser.set_defaults(use_cpu=torch.accelerator.current_accelerator(check_available=True) is None)
     defaults = dict(preset)
     parser.set_defaults(**defaults)
     precision = [given.get(name, parser.get_default(name)) for name in ("bf16", "fp16", "use_cpu")]
@@ -761,12 +633,6 @@ def parse_args(argv: list[str] | None = None, train_pairs: int | None = None):
     if "num_train_epochs" in given and "max_steps" not in given:
         defaults["max_steps"] = -1  # the Trainer lets a positive max_steps win over the epochs asked for
     parser.set_defaults(**defaults)
-    if given.get("help") or given.get("help_all"):
-        if given.get("help_all"):
-            parser = build_parser(show_all=True)
-            parser.set_defaults(**defaults)
-        parser.print_help()
-        raise SystemExit(0)
     model_args, data_args, tok_args, run_args, training_args = parser.parse_args_into_dataclasses(args=argv)[:5]
     training_args.preset_cpu_float32 = cpu_float32 or None
     # Which recipe, and why: results.json records it, and `train` chooses again by corpus size once the data is read.
@@ -805,17 +671,15 @@ def check_combination(given: set[str], model_args, data_args, tok_args, run_args
             f"`max_length` {data_args.max_length} exceeds `max_tokens` {training_args.max_tokens}: a pair of that "
             f"length would not fit in any batch; lower max_length or raise max_tokens."
         )
-    resume = training_args.resume_from_checkpoint
-    if isinstance(resume, str) and resume.lower() in ("true", "false"):
-        # The Trainer's convention: True = the newest checkpoint in output_dir.
-        training_args.resume_from_checkpoint = resume = True if resume.lower() == "true" else None
-    if isinstance(resume, str) and not Path(resume).is_dir():
-        raise ValueError(
-            f"`resume_from_checkpoint` {resume!r} is not a directory: pass a checkpoint-<step> directory of an "
-            f"earlier run, or 'true' for the newest checkpoint in `output_dir`."
-        )
-    if resume is True and last_checkpoint(training_args.output_dir) is None:
-        raise ValueError(
-            f"`resume_from_checkpoint` true, but `output_dir` {training_args.output_dir!r} holds no checkpoint-<step> "
-            f"directory to resume from: check `output_dir`, or start without `resume_from_checkpoint`."
-        )
+    # The Trainer's convention: True = the newest checkpoint in output_dir.
+    training_args.resume_from_checkpoint = resume_value(training_args.resume_from_checkpoint)
+    if training_args.resume_from_checkpoint:  # the output directory itself is `command.prepare_output_dir`'s
+        problem = output_dir_problem(Path(training_args.output_dir), training_args.resume_from_checkpoint, False)
+        if problem:
+            raise ValueError(problem)
+
+
+def write_option_table(path: Path = OPTIONS_FILE) -> None:
+    """Write `options.json`, the description of this parser that `preflight` builds `--help` and its checks from
+    without torch or transformers: run after changing an option (a test compares the file with this parser)."""
+    path.write_text(json.dumps(describe_parser(build_parser(show_all=True)), indent=1) + "\n", encoding="utf-8")
