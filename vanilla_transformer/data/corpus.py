@@ -35,6 +35,8 @@ import pyarrow.compute as pc
 from datasets.arrow_writer import ArrowWriter
 from datasets.fingerprint import Hasher
 
+from .files import find_line_file, find_table, line_file_languages, split_stems
+
 
 logger = logging.getLogger(__name__)
 
@@ -49,7 +51,6 @@ MODEL_INPUT_COLUMNS = ("input_ids", "labels")
 
 _PAIR_FEATURES = datasets.Features({"source": datasets.Value("string"), "target": datasets.Value("string")})
 _STRING_DTYPES = ("string", "large_string")
-_TABLE_SUFFIXES = (".tsv", ".tsv.gz", ".jsonl", ".jsonl.gz", ".json")
 # Bumped when `_write_line_pairs` writes other rows for the same files: part of its cache key.
 _LINE_FILES_FORMAT = 1
 
@@ -326,14 +327,11 @@ def _load_split_files(
 def _split_files(directory: Path, split: str, stem: str, src_lang, tgt_lang, flags) -> tuple:
     """(source file, target file, table file) of a split, the line files or the table being None where absent; a
     ValueError naming what to pass when the split has neither."""
-    src_file, tgt_file = _find_line_file(directory, stem, src_lang), _find_line_file(directory, stem, tgt_lang)
-    table = next(
-        (directory / f"{stem}{suffix}" for suffix in _TABLE_SUFFIXES if (directory / f"{stem}{suffix}").is_file()),
-        None,
-    )
+    src_file, tgt_file = find_line_file(directory, stem, src_lang), find_line_file(directory, stem, tgt_lang)
+    table = find_table(directory, stem)
     if (src_file and tgt_file) or table is not None:
         return src_file, tgt_file, table
-    languages = _line_file_languages(directory, stem)
+    languages = line_file_languages(directory, stem)
     if languages:  # the split exists, a language does not
         missing, arg = (src_lang, "src_lang") if src_file is None else (tgt_lang, "tgt_lang")
         raise ValueError(
@@ -341,32 +339,7 @@ def _split_files(directory: Path, split: str, stem: str, src_lang, tgt_lang, fla
             f"{str(directory)!r}; split {stem!r} has the languages {languages}: pass one of those."
         )
     where = f"{str(directory)!r} (no {stem}.{{lang}}[.gz], no {stem}.tsv/.jsonl file)"
-    raise _missing_split(split, stem, where, _split_stems(directory), flags)
-
-
-def _find_line_file(directory: Path, stem: str, lang: str) -> Path | None:
-    for name in (f"{stem}.{lang}", f"{stem}.{lang}.gz"):
-        if (directory / name).is_file():
-            return directory / name
-    return None
-
-
-def _line_file_languages(directory: Path, stem: str) -> list[str]:
-    names = (p.name.removesuffix(".gz") for p in directory.glob(f"{stem}.*") if p.is_file())
-    return sorted({n[len(stem) + 1 :] for n in names if "." not in n[len(stem) + 1 :]} - {"tsv", "jsonl", "json"})
-
-
-def _split_stems(directory: Path) -> list[str]:
-    """Names of the splits present: stems with a table file or with line files in two or more languages
-    (so that README.md is not taken for a split)."""
-    languages: dict[str, set[str]] = {}
-    tables = set()
-    for p in directory.iterdir():
-        name = p.name.removesuffix(".gz")
-        if p.is_file() and "." in name:
-            stem, suffix = name.rsplit(".", 1)
-            (tables.add(stem) if f".{suffix}" in _TABLE_SUFFIXES else languages.setdefault(stem, set()).add(suffix))
-    return sorted(tables | {stem for stem, langs in languages.items() if len(langs) >= 2})
+    raise _missing_split(split, stem, where, split_stems(directory), flags)
 
 
 def _open_text(path: Path):

@@ -22,6 +22,7 @@ import re
 from pathlib import Path
 
 from ..checkpoints import CHECKPOINT_RE, last_checkpoint
+from ..data.files import TABLE_SUFFIXES, find_table, line_file_languages, split_stems
 
 
 PROG = "vanilla-transformer train"
@@ -42,7 +43,6 @@ DEFAULT_OUTPUT_DIR = "trainer_output"  # the Trainer's, for an output_dir of Non
 # logs. A directory holding only these is a run stopped before it saved anything: a new run starts there.
 BEFORE_FIRST_CHECKPOINT = ("tokenizer", "runs")
 NO_TEST_SPLIT = ", or --test_split '' for none"
-TABLE_SUFFIXES = (".tsv", ".tsv.gz", ".jsonl", ".jsonl.gz", ".json")  # data/corpus.py's tables
 # A column name taken for a language code: two lowercase letters (ISO 639-1), optionally a script or region
 # (`pt_BR`, `zh-Hans`).
 LANGUAGE_CODE = re.compile(r"^[a-z]{2}([-_][A-Za-z0-9]{2,8})?$")
@@ -370,12 +370,12 @@ def check_data(values: dict, named: set[str]) -> dict:
         return {}  # a saved dataset: its splits and columns are checked when it is loaded
     tables = {}
     for split, stem in splits.items():
-        table = next((path / f"{stem}{s}" for s in TABLE_SUFFIXES if (path / f"{stem}{s}").is_file()), None)
-        languages = _line_file_languages(path, stem)
+        table = find_table(path, stem)
+        languages = line_file_languages(path, stem)
         if table is not None:
             tables[split] = table
         elif not languages:
-            found = _split_stems(path)
+            found = split_stems(path)
             raise ValueError(
                 f"--{split}_split {stem!r} does not exist in --dataset {dataset!r} (no {stem}.{{lang}}[.gz], no "
                 f"{stem}.tsv/.jsonl file); it has the splits {found}: pass --{split}_split <one of those>"
@@ -437,27 +437,6 @@ def _table_columns(table: Path) -> list[str] | None:
     if not isinstance(row, dict):
         return None
     return list(row["translation"]) if isinstance(row.get("translation"), dict) else list(row)
-
-
-def _line_file_languages(directory: Path, stem: str) -> list[str]:
-    names = (p.name.removesuffix(".gz") for p in directory.glob(f"{glob_escape(stem)}.*") if p.is_file())
-    return sorted({n[len(stem) + 1 :] for n in names if "." not in n[len(stem) + 1 :]} - {"tsv", "jsonl", "json"})
-
-
-def glob_escape(text: str) -> str:
-    return re.sub(r"([*?[])", r"[\1]", text)
-
-
-def _split_stems(directory: Path) -> list[str]:
-    """Names of the splits present: stems with a table file or with line files in two or more languages."""
-    languages: dict[str, set[str]] = {}
-    tables = set()
-    for p in directory.iterdir():
-        name = p.name.removesuffix(".gz")
-        if p.is_file() and "." in name:
-            stem, suffix = name.rsplit(".", 1)
-            (tables.add(stem) if f".{suffix}" in TABLE_SUFFIXES else languages.setdefault(stem, set()).add(suffix))
-    return sorted(tables | {stem for stem, langs in languages.items() if len(langs) >= 2})
 
 
 def resume_value(resume):
