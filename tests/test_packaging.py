@@ -307,7 +307,7 @@ def test_installed_wheel_trains_with_a_shipped_preset_from_any_directory(fresh_e
     assert (
         bad.returncode == 2
         and bad.stderr.strip().count("\n") == 0
-        and "--dataset='./nowhere' does not exist" in bad.stderr
+        and "--dataset './nowhere' does not exist" in bad.stderr
     )
 
 
