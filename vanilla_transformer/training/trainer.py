@@ -375,7 +375,7 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
         every = self.state.logging_steps or args.logging_steps
         return (args.logging_first_step and step == 1) or (every and step % every == 0) or step >= self.state.max_steps
 
-    # Overridden: `lr_scheduler_type` names only stock schedules; this one needs the optimizer the Trainer builds.
+    # Overridden: stock `inverse_sqrt` lags eq. 3 by an update (schedule.py); `optimizers=` predates our optimizer.
     def create_scheduler(self, num_training_steps: int, optimizer: torch.optim.Optimizer | None = None):
         """With `lr_schedule="noam"`, the paper's learning rate (section 5.3, eq. 3): `schedule.NoamLR`, peak
         `lr_factor * (d_model * warmup_steps)^-0.5` with `d_model` from the model config, and the cool-down asked for
@@ -432,7 +432,7 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
         self._loss_sums[split].zero_()
         return tuple(sums.tolist())
 
-    # Overridden: callbacks' `on_log` runs after the logs are copied into `state.log_history`.
+    # Overridden: `on_log` runs after `state.log_history` copied the logs and after the `report_to` callbacks.
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         """The Trainer's log; the periodic training log gains `nll_loss` and `ppl`, per target token since the last."""
         if "loss" in logs:  # the periodic training log (evaluation logs have `eval_loss`)
@@ -472,7 +472,7 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
             output.metrics[f"{metric_key_prefix}_ppl"] = math.exp(min(nll_sum / tokens, 100.0))
         return output
 
-    # Overridden: the Trainer's evaluation sampler keeps the dataset's order (`group_by_length` changes training's).
+    # Overridden: no Trainer eval sampler sorts by length (`group_by_length` shuffles, then sorts in groups).
     def get_eval_dataloader(self, eval_dataset=None):
         """The evaluation split sorted by source length, longest first, so that a batch holds sentences of similar
         length: beam search then pads little (scores are per sentence pair and do not depend on the order)."""
