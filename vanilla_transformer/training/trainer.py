@@ -114,6 +114,7 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
     the schedule `create_scheduler` built, which `train` has built again for each call.
     """
 
+    # Overridden: the defaults of `compute_loss_func` and `compute_metrics` come from `args` and the tokenizer.
     def __init__(self, model=None, args: VanillaTrainingArguments | None = None, *positional, **kwargs):
         if args is None:
             args = VanillaTrainingArguments()
