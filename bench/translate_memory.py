@@ -6,8 +6,8 @@ A tiny model (1 layer each side, d_model 32, untrained: the figure is about the 
 tokenizer (trained on Multi30k's English and German) are saved to a temporary directory; an input of N lines cycles
 through Multi30k's English training sentences. Each size runs the console script in its own process (`python -m
 vanilla_transformer_cli translate ... --num_beams 1 --max_new_tokens 4`, from `--repo`: another checkout gives the
-figures of its version), and its peak resident memory is read from the kernel's accounting of that child
-(`os.wait4`'s ru_maxrss). Prints one line per size: lines, seconds, peak RSS in MB, output lines.
+figures of its version), and its peak resident memory is the child's own (VmHWM of /proc/self/status, read as it
+exits). Prints one line per size: lines, seconds, peak RSS in MB, output lines.
 """
 
 from __future__ import annotations
@@ -41,9 +41,19 @@ def make_model(directory: Path, data_dir: Path) -> None:
     tokenizer.save_pretrained(directory)
 
 
+# The child's own peak: VmHWM of its address space, read as it exits. Not `wait4`'s ru_maxrss: Linux folds the
+# address space the child had before `exec` (the forked parent, with torch and the input's text) into that figure.
+PEAK = (
+    "import atexit, re, runpy, sys; path = sys.argv.pop(1); "
+    "atexit.register(lambda: open(path, 'w').write(re.search(r'VmHWM:\\s+(\\d+)', open('/proc/self/status').read())[1])); "
+    "sys.argv[0] = 'vanilla-transformer'; runpy.run_module('vanilla_transformer_cli', run_name='__main__')"
+)
+
+
 def run(repo: Path, model: Path, source: Path, target: Path, options: list[str]) -> tuple[float, float]:
     """(seconds, peak RSS in MB) of one `translate` process."""
-    command = [sys.executable, "-m", "vanilla_transformer_cli", "translate", "--model", str(model)]
+    peak_file = target.with_name("peak_kb")
+    command = [sys.executable, "-c", PEAK, str(peak_file), "translate", "--model", str(model)]
     command += ["--input", str(source), "--output", str(target), "--device", "cpu", *options]
     env = {
         **os.environ,
@@ -55,12 +65,12 @@ def run(repo: Path, model: Path, source: Path, target: Path, options: list[str])
     with tempfile.TemporaryFile() as log:  # stderr in a file: a pipe left unread could fill and stall the child
         start = time.perf_counter()
         process = subprocess.Popen(command, cwd=repo, env=env, stdout=subprocess.DEVNULL, stderr=log)
-        _, status, usage = os.wait4(process.pid, 0)
+        status = process.wait()
         seconds = time.perf_counter() - start
         if status != 0:
             log.seek(0)
             raise SystemExit(f"translate failed ({status}): {log.read().decode()[-2000:]}")
-    return seconds, usage.ru_maxrss / 1024  # Linux: kilobytes
+    return seconds, int(peak_file.read_text()) / 1024  # VmHWM: kilobytes
 
 
 def main(argv=None) -> int:
