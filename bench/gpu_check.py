@@ -854,8 +854,9 @@ def part_train(report: Report, device: torch.device, args, deadline: float) -> N
 
 
 def default_data_dir() -> Path:
-    shared = REPO.parent / "shared" / "data" / "multi30k"
-    return shared if shared.exists() else REPO / ".data" / "multi30k"
+    """The README's clone of Multi30k, else the copy beside the repository, else the one carried to a GPU machine."""
+    candidates = [REPO / "multi30k" / "data" / "task1" / "raw", REPO.parent / "shared" / "data" / "multi30k"]
+    return next((path for path in candidates if path.exists()), REPO / ".data" / "multi30k")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
