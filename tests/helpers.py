@@ -2,6 +2,8 @@
 
 import gzip
 import os
+import subprocess
+import sys
 import textwrap
 from itertools import islice
 from pathlib import Path
@@ -52,6 +54,59 @@ def subprocess_env(**extra: str) -> dict[str, str]:
     reductions sum in another order and results differ in the last bits (1e-6 seen), whatever `OMP_NUM_THREADS` the
     machine's environment has. Offline, as every test here."""
     return {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", **extra}
+
+
+# ---- commands that refuse before loading (issue 51): tests/test_fail_fast.py, tests/test_train_fail_fast.py
+
+
+HEAVY = ("torch", "transformers")  # what a command must not import before it refuses its options
+
+
+class Loaded(AssertionError):
+    """Raised by a test's stand-in for loading: the command began loading before it refused its options."""
+
+
+def snapshot(directory: Path) -> dict[str, int]:
+    """Every path below `directory` with its size: equal before and after a command that wrote nothing."""
+    return {str(path.relative_to(directory)): path.stat().st_size for path in sorted(directory.rglob("*"))}
+
+
+def run_command(argv: list[str], capsys) -> tuple[int, str]:
+    """(exit status, stderr) of `vanilla-transformer ARGV` run in this process."""
+    from vanilla_transformer.commands import main
+
+    try:
+        status = main(argv)
+    except SystemExit as exit_info:
+        status = exit_info.code
+    return status, capsys.readouterr().err
+
+
+def assert_refused_in_one_line(status: int, err: str, argv: list[str], flag: str, message: str) -> None:
+    """Exit status 2 and one line of stderr, the command's own error naming `flag` and saying `message`."""
+    assert status == 2, err
+    command = " ".join(argv[:2] if argv[0] == "export" else argv[:1])  # `export` has its formats as subcommands
+    assert err.count("\n") == 1 and err.startswith(f"vanilla-transformer {command}: error: "), err
+    assert flag in err and message in err, err
+
+
+def assert_refused_without_torch(argv: list[str], flag: str, message: str, **run_options) -> None:
+    """`vanilla-transformer ARGV` in a new process exits 2 with one line naming `flag` and saying `message`, without
+    importing torch or transformers (`python -X importtime`). `run_options`: `subprocess.run`'s cwd and env."""
+    result = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "vanilla_transformer_cli", *argv],
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=120,
+        **run_options,
+    )
+    imported = {line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines() if line.startswith("import")}
+    errors = [line for line in result.stderr.splitlines() if not line.startswith("import")]
+    assert result.returncode == 2 and len(errors) == 1, (argv, errors)
+    assert flag in errors[0] and message in errors[0], errors
+    heavy = sorted(name for name in imported if name.split(".")[0] in HEAVY)
+    assert heavy == [], (argv, heavy[:5])
 
 
 # The sizes of the tiny model the tests build: section 3's architecture (3.1's two stacks, 3.2.2's heads, 3.3's

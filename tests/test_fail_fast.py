@@ -16,7 +16,17 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import read_multi30k, subprocess_env, tiny_config, train_steps
+from helpers import (
+    Loaded,
+    assert_refused_in_one_line,
+    assert_refused_without_torch,
+    read_multi30k,
+    run_command,
+    snapshot,
+    subprocess_env,
+    tiny_config,
+    train_steps,
+)
 
 import vanilla_transformer
 from vanilla_transformer.commands import main
@@ -27,7 +37,6 @@ from vanilla_transformer.translation.shipped import DEFAULT_MODEL
 
 
 ROOT = Path(__file__).resolve().parents[1]
-HEAVY = ("torch", "transformers")
 
 
 def rows(tmp: Path) -> list[tuple[list[str], str, str]]:
@@ -54,14 +63,6 @@ def rows(tmp: Path) -> list[tuple[list[str], str, str]]:
     ]  # fmt: skip
 
 
-def snapshot(directory: Path) -> dict[str, int]:
-    return {str(path.relative_to(directory)): path.stat().st_size for path in sorted(directory.rglob("*"))}
-
-
-class Loaded(AssertionError):
-    pass
-
-
 @pytest.fixture
 def nothing_loads(monkeypatch):
     """Loading fails the test: the registration that precedes every model load, and the loader itself."""
@@ -79,36 +80,14 @@ def nothing_loads(monkeypatch):
 def test_each_row_fails_before_loading_in_one_line(index, tmp_path, nothing_loads, capsys):
     argv, flag, message = rows(tmp_path)[index]
     before = snapshot(tmp_path)
-    try:
-        status = main(argv)
-    except SystemExit as exit_info:
-        status = exit_info.code
-    err = capsys.readouterr().err
-    assert status == 2, err
-    assert err.count("\n") == 1 and err.startswith(f"vanilla-transformer {argv[0]}"), err
-    assert flag in err and message in err, err
+    status, err = run_command(argv, capsys)
+    assert_refused_in_one_line(status, err, argv, flag, message)
     assert snapshot(tmp_path) == before  # nothing written
 
 
 def test_each_row_fails_in_a_process_without_torch(tmp_path):
     for argv, flag, message in rows(tmp_path):
-        result = subprocess.run(
-            [sys.executable, "-X", "importtime", "-m", "vanilla_transformer_cli", *argv],
-            capture_output=True,
-            text=True,
-            cwd=ROOT,
-            env=subprocess_env(),
-            stdin=subprocess.DEVNULL,
-            timeout=120,
-        )
-        imported = {
-            line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines() if line.startswith("import")
-        }
-        errors = [line for line in result.stderr.splitlines() if not line.startswith("import")]
-        assert result.returncode == 2 and len(errors) == 1, (argv, errors)
-        assert flag in errors[0] and message in errors[0], errors
-        heavy = sorted(name for name in imported if name.split(".")[0] in HEAVY)
-        assert heavy == [], (argv, heavy[:5])
+        assert_refused_without_torch(argv, flag, message, cwd=ROOT, env=subprocess_env())
 
 
 def test_an_empty_existing_directory_is_a_fine_export_target(tmp_path, nothing_loads, capsys):

@@ -13,7 +13,15 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import subprocess_env
+from helpers import (
+    HEAVY,
+    Loaded,
+    assert_refused_in_one_line,
+    assert_refused_without_torch,
+    run_command,
+    snapshot,
+    subprocess_env,
+)
 
 import vanilla_transformer
 from vanilla_transformer.commands import main
@@ -21,7 +29,6 @@ from vanilla_transformer.training import options, preflight
 
 
 ROOT = Path(__file__).resolve().parents[1]
-HEAVY = ("torch", "transformers")
 
 
 def write_table(directory: Path, header: str, splits=("train", "val")) -> Path:
@@ -87,14 +94,6 @@ def rows(tmp: Path) -> list[tuple[list[str], str, str]]:
 COUNT = 19
 
 
-def snapshot(directory: Path) -> dict[str, int]:
-    return {str(path.relative_to(directory)): path.stat().st_size for path in sorted(directory.rglob("*"))}
-
-
-class Loaded(AssertionError):
-    pass
-
-
 def _load(*args, **kwargs):
     raise Loaded("the command began loading before it refused its options")
 
@@ -107,46 +106,20 @@ def nothing_loads(monkeypatch):
     monkeypatch.setattr("vanilla_transformer.training.averaging.average_checkpoints", _load)
 
 
-def run(argv, capsys) -> tuple[int, str]:
-    try:
-        status = main(argv)
-    except SystemExit as exit_info:
-        status = exit_info.code
-    return status, capsys.readouterr().err
-
-
 @pytest.mark.parametrize("index", range(COUNT))
 def test_each_row_fails_before_loading_in_one_line(index, tmp_path, nothing_loads, capsys):
     table = rows(tmp_path)
     assert len(table) == COUNT
     argv, flag, message = table[index]
     before = snapshot(tmp_path)
-    status, err = run(argv, capsys)
-    assert status == 2, err
-    assert err.count("\n") == 1 and err.startswith(f"vanilla-transformer {argv[0]}: error: "), err
-    assert flag in err and message in err, err
+    status, err = run_command(argv, capsys)
+    assert_refused_in_one_line(status, err, argv, flag, message)
     assert snapshot(tmp_path) == before  # nothing written
 
 
 def test_each_row_fails_in_a_process_without_torch(tmp_path):
     for argv, flag, message in rows(tmp_path):
-        result = subprocess.run(
-            [sys.executable, "-X", "importtime", "-m", "vanilla_transformer_cli", *argv],
-            capture_output=True,
-            text=True,
-            cwd=tmp_path,
-            env=subprocess_env(PYTHONPATH=str(ROOT)),
-            stdin=subprocess.DEVNULL,
-            timeout=120,
-        )
-        imported = {
-            line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines() if line.startswith("import")
-        }
-        errors = [line for line in result.stderr.splitlines() if not line.startswith("import")]
-        assert result.returncode == 2 and len(errors) == 1, (argv, errors)
-        assert flag in errors[0] and message in errors[0], errors
-        heavy = sorted(name for name in imported if name.split(".")[0] in HEAVY)
-        assert heavy == [], (argv, heavy[:5])
+        assert_refused_without_torch(argv, flag, message, cwd=tmp_path, env=subprocess_env(PYTHONPATH=str(ROOT)))
 
 
 # ------------------------------------------------------------------------------------------------ what passes
@@ -197,14 +170,14 @@ def test_the_output_dir_advice_does_not_loop(tmp_path, nothing_loads, capsys):
     (stopped / "tokenizer" / "tokenizer.json").write_text("{}")
     assert preflight.stopped_before_first_checkpoint(stopped)
     accepted([*data, str(stopped)], capsys)  # a rerun starts there
-    status, err = run([*data, str(stopped), "--resume_from_checkpoint", "true"], capsys)
+    status, err = run_command([*data, str(stopped), "--resume_from_checkpoint", "true"], capsys)
     assert status == 2 and "start without --resume_from_checkpoint: a new run starts there" in err, err
 
     finished = tmp_path / "finished"  # a run without checkpoints left (--keep_checkpoints, or deleted)
     (finished / "tokenizer").mkdir(parents=True)
     (finished / "results.json").write_text("{}")
     for extra in ([], ["--resume_from_checkpoint", "true"]):
-        status, err = run([*data, str(finished), *extra], capsys)
+        status, err = run_command([*data, str(finished), *extra], capsys)
         advice = err.rsplit(": ", 1)[-1]
         assert status == 2 and advice.startswith("start again with --overwrite_output_dir"), err
     accepted([*data, str(finished), "--overwrite_output_dir"], capsys)
@@ -212,7 +185,7 @@ def test_the_output_dir_advice_does_not_loop(tmp_path, nothing_loads, capsys):
     resumable = tmp_path / "resumable"
     (resumable / "checkpoint-4").mkdir(parents=True)
     (resumable / "checkpoint-4" / "trainer_state.json").write_text('{"global_step": 4}')
-    status, err = run([*data, str(resumable)], capsys)
+    status, err = run_command([*data, str(resumable)], capsys)
     assert status == 2 and "continue that run with --resume_from_checkpoint true" in err, err
     accepted([*data, str(resumable), "--resume_from_checkpoint", "true"], capsys)
     accepted([*data, str(resumable), "--overwrite_output_dir"], capsys)
