@@ -2,7 +2,8 @@
 the page answers bad and hostile input and 20 visitors at once through its HTTP API (gradio_client against a server
 on 127.0.0.1); a headless Chromium shows the same numbers and asks no other host for anything; the Space it writes
 builds; the command line checks its options first. With a second model (`--compare`) the page shows each model's own
-translation and numbers side by side, and refuses a model of another vocabulary.
+translation and numbers side by side, each read with its own tokenizer (another vocabulary and target language
+too), and the command line refuses two models of different source languages.
 
 One tiny model (tests/helpers.py's sizes, 120 Adam steps on real Multi30k pairs) serves every test of the module; the
 compared one is a copy of it trained 30 more steps, with its own generation config (beam 2, length penalty 1).
@@ -38,7 +39,6 @@ from vanilla_transformer.demo.computation import (  # noqa: E402
     Decoding,
     prepare_source,
     run_translation,
-    vocabulary_difference,
     word_alignment,
 )
 from vanilla_transformer.demo.page import (  # noqa: E402
@@ -72,6 +72,18 @@ def model(tokenizer):
     model = VanillaTransformerForConditionalGeneration(config)
     en, de = read_multi30k("train.en.gz", 2000), read_multi30k("train.de.gz", 2000)
     return train_steps(model, tokenizer, en, de, steps=120, seed=0)
+
+
+@pytest.fixture(scope="module")
+def model_fr():
+    """A model of another vocabulary and target language: English -> French with its own tokenizer (600 tokens),
+    40 steps. Returns (model, tokenizer)."""
+    en, fr = read_multi30k("train.en.gz", 2000), read_multi30k("train.fr.gz", 2000)
+    tokenizer_fr = train_tokenizer(en[:500] + fr[:500], vocab_size=600)
+    torch.manual_seed(1)
+    config = VanillaTransformerConfig(vocab_size=len(tokenizer_fr), max_position_embeddings=LIMIT, **TINY_SIZES)
+    model = VanillaTransformerForConditionalGeneration(config)
+    return train_steps(model, tokenizer_fr, en, fr, steps=40, seed=2), tokenizer_fr
 
 
 @pytest.fixture(scope="module")
@@ -313,11 +325,12 @@ def generated(model, tokenizer, text, **kwargs) -> str:
 
 def assert_each_models_own(outputs, models, tokenizer, text, **kwargs):
     """`outputs` of the compare page (translations, notice, then each view for each model) hold each model's own
-    translation (`generate`) and attention (`attention_weights`)."""
+    translation (`generate`) and attention (`attention_weights`). `tokenizer`: one for all, or a list, one a model."""
     n = len(models)
     translations, notice, views = outputs[:n], outputs[n], outputs[n + 1 :]
     assert notice == ""
-    for i, model in enumerate(models):
+    tokenizers = tokenizer if isinstance(tokenizer, list) else [tokenizer] * n
+    for i, (model, tokenizer) in enumerate(zip(models, tokenizers, strict=True)):
         expected = attention_weights(model, tokenizer, text, **kwargs)
         assert translations[i] == generated(model, tokenizer, text, **kwargs) == expected.translation
         cross, encoder, decoder, steps, alignment = views[i : 5 * n : n]
@@ -353,25 +366,58 @@ def test_api_compare_shows_both_models(compare_server, model, model_b, tokenizer
     assert (translation_a, translation_b, views) == ("", "", [""] * 10) and "Type a sentence" in notice
 
 
-def test_compare_refuses_another_vocabulary(model, model_b, tokenizer, tmp_path, capsys, monkeypatch):
-    other = train_tokenizer(read_multi30k("train.en.gz", 500) + read_multi30k("train.de.gz", 500), vocab_size=600)
-    assert vocabulary_difference(tokenizer, tokenizer) == ""
-    with pytest.raises(ValueError, match="another vocabulary") as refused:
-        build_demo(model, tokenizer, compare=(model_b, other, "other"))
-    assert "\n" not in str(refused.value)
-    for name, (m, t) in {"a": (model, tokenizer), "b": (model_b, tokenizer), "other": (model_b, other)}.items():
+def test_compare_takes_another_vocabulary_and_target_language(model, tokenizer, model_fr):
+    """English -> German beside English -> French: each model reads the sentence with its own tokenizer (600 tokens
+    against 1,000) and shows its own translation and numbers."""
+    model_c, tokenizer_c = model_fr
+    assert len(tokenizer_c) != len(tokenizer)
+    sides = [(model, tokenizer, "en-de"), (model_c, tokenizer_c, "en-fr")]
+    outputs = compare_for_page(sides, SOURCE, *DEFAULT, 0)
+    assert_each_models_own(outputs[:-2], [model, model_c], [tokenizer, tokenizer_c], SOURCE)
+    assert build_demo(model, tokenizer, model_name="en-de", compare=(model_c, tokenizer_c, "en-fr")).title.endswith(
+        "en-de vs en-fr"
+    )
+
+
+def test_compare_refuses_another_source_language_before_loading(
+    model, tokenizer, model_fr, tmp_path, capsys, monkeypatch
+):
+    """Two folders whose results.json name different source languages: one line naming --compare, before any model
+    loads; the same source language and another target language: the page starts with both."""
+    from vanilla_transformer.translation import loading
+
+    model_c, tokenizer_c = model_fr
+    folders = {"en-de": (model, tokenizer), "en-fr": (model_c, tokenizer_c), "de-en": (model, tokenizer)}
+    for name, (m, t) in folders.items():
         m.save_pretrained(tmp_path / name)
         t.save_pretrained(tmp_path / name)
+        src, tgt = name.split("-")
+        (tmp_path / name / "results.json").write_text(json.dumps({"src_lang": src, "tgt_lang": tgt}))
     capsys.readouterr()  # save_pretrained's progress bars
+    launched, loaded = [], []
+    real_load = loading.load_model
+    monkeypatch.setattr(demo_page, "launch_demo", lambda blocks, **kw: launched.append(blocks))
+    monkeypatch.setattr(loading, "load_model", lambda model, **kw: loaded.append(model) or real_load(model, **kw))
+    a, b, c = (str(tmp_path / name) for name in folders)
+    assert main(["demo", "--model", a, "--compare", c, "--device", "cpu"]) == 2
+    lines = [line for line in capsys.readouterr().err.split("\n") if line]
+    assert len(lines) == 1 and lines[0].startswith("vanilla-transformer demo: error: --compare")
+    assert f"{c!r} translates from 'de' and --model {a!r} from 'en'" in lines[0]
+    assert not loaded and not launched
+    assert main(["demo", "--model", a, "--compare", b, "--device", "cpu"]) == 0
+    assert loaded == [a, b] and [blocks.title for blocks in launched] == [f"vanilla-transformer: {a} vs {b}"]
+
+
+def test_compare_two_shipped_models_by_name(monkeypatch, capsys):
+    """`demo --model multi30k-en-de --compare multi30k-en-fr`: one English sentence, German and French side by side;
+    German -> English beside English -> German is refused before either loads."""
     launched = []
     monkeypatch.setattr(demo_page, "launch_demo", lambda blocks, **kw: launched.append(blocks))
-    assert main(["demo", "--model", str(tmp_path / "a"), "--compare", str(tmp_path / "other"), "--device", "cpu"]) == 2
+    assert main(["demo", "--model", "multi30k-en-de", "--compare", "multi30k-de-en", "--device", "cpu"]) == 2
     error = capsys.readouterr().err
-    lines = [line for line in error.split("\n") if line and "\r" not in line]  # less the weights' loading bars
-    assert len(lines) == 1 and lines[0].startswith("vanilla-transformer demo: error: --compare") and not launched
-    assert "another vocabulary" in lines[0]
-    assert main(["demo", "--model", str(tmp_path / "a"), "--compare", str(tmp_path / "b"), "--device", "cpu"]) == 0
-    assert [blocks.title for blocks in launched] == [f"vanilla-transformer: {tmp_path / 'a'} vs {tmp_path / 'b'}"]
+    assert "--compare 'multi30k-de-en' translates from 'de' and --model 'multi30k-en-de' from 'en'" in error
+    assert main(["demo", "--model", "multi30k-en-de", "--compare", "multi30k-en-fr", "--device", "cpu"]) == 0
+    assert [blocks.title for blocks in launched] == ["vanilla-transformer: multi30k-en-de vs multi30k-en-fr"]
 
 
 # --- in a browser ----------------------------------------------------------------------------------------------------

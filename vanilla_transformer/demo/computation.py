@@ -307,40 +307,6 @@ def alignment_layer(value, weights: AttentionWeights) -> int:
     return layer if -weights.cross.shape[0] <= layer < weights.cross.shape[0] else -1
 
 
-# ------------------------------------------------------------------------------------------------ two models
-
-
-class VocabularyMismatch(ValueError):
-    """A model to compare whose tokenizer has another vocabulary; `difference` says what differs."""
-
-    def __init__(self, message: str, difference: str):
-        super().__init__(message)
-        self.difference = difference
-
-
-def vocabulary_difference(tokenizer, other) -> str:
-    """An empty string when `other` has `tokenizer`'s vocabulary (the same token at every id), else what differs."""
-    first, second = tokenizer.get_vocab(), other.get_vocab()
-    if first == second:
-        return ""
-    if len(first) != len(second):
-        return f"{len(second):,} tokens where the first has {len(first):,}"
-    differing = sorted(token for token, index in second.items() if first.get(token) != index)
-    return f"{len(differing):,} of its {len(second):,} tokens differ from the first's, e.g. {differing[0]!r}"
-
-
-def check_same_vocabulary(tokenizer, other, name: str, other_name: str) -> None:
-    """The check that two compared models read a sentence as the same tokens: VocabularyMismatch (a ValueError)
-    naming both when `other` has another vocabulary than `tokenizer`."""
-    difference = vocabulary_difference(tokenizer, other)
-    if difference:
-        raise VocabularyMismatch(
-            f"the model to compare, {other_name!r}, has another vocabulary than {name!r} ({difference}): "
-            "both must read the visitor's sentence as the same tokens.",
-            difference,
-        )
-
-
 __all__ = [
     "DECODINGS",
     "Candidate",
@@ -348,13 +314,10 @@ __all__ = [
     "Result",
     "Step",
     "StepRecorder",
-    "VocabularyMismatch",
     "alignment_layer",
-    "check_same_vocabulary",
     "decoding_steps",
     "prepare_source",
     "run_translation",
-    "vocabulary_difference",
     "word_alignment",
     "words_of",
 ]

@@ -10,7 +10,7 @@ import logging
 import os
 
 from ..evaluation.attention import use_attention
-from .computation import DECODINGS, Decoding, alignment_layer, check_same_vocabulary, run_translation
+from .computation import DECODINGS, Decoding, alignment_layer, run_translation
 from .views import DEMO_CSS, alignment_html, attention_html, steps_html
 
 
@@ -101,8 +101,9 @@ def build_demo(model, tokenizer, *, model_name: str = "model", compare: tuple | 
 
     `compare=(model_b, tokenizer_b, name_b)`: the page translates with both models (each with its own generation
     config by default; the decoding controls apply to both) and shows the two translations and, in every view, the
-    two models' views side by side, each column headed by its model's name. `tokenizer_b` must have `tokenizer`'s
-    vocabulary (VocabularyMismatch, a ValueError, otherwise: the one check of the two, the command line's too)."""
+    two models' views side by side, each column headed by its model's name. Each model reads the sentence with its
+    own tokenizer: the two may have other vocabularies and other target languages (the command line checks that they
+    read one source language, when their results.json say which)."""
     gr = import_gradio()
     sides = _sides(model, tokenizer, model_name, compare)
     names = [name for _, _, name in sides]
@@ -153,14 +154,12 @@ def build_demo(model, tokenizer, *, model_name: str = "model", compare: tuple | 
 
 
 def _sides(model, tokenizer, model_name: str, compare: tuple | None) -> list[tuple]:
-    """(model, tokenizer, name) of each model of the page, the second one's vocabulary checked. Each model is
+    """(model, tokenizer, name) of each model of the page. Each model is
     switched to eager attention once, so that `attention_weights` need not switch it per request (which concurrent
     requests would race on)."""
     sides = [(model, tokenizer, model_name)]
     if compare is not None:
-        model_b, tokenizer_b, name_b = compare
-        check_same_vocabulary(tokenizer, tokenizer_b, model_name, name_b)
-        sides.append((model_b, tokenizer_b, name_b))
+        sides.append(tuple(compare))
     for side, _, _ in sides:
         use_attention(side, "eager")
         side.eval()
