@@ -16,7 +16,8 @@ What it does, in order:
    the BLEU of both splits is recorded in `results.json` (`shipping.float32_weights_bleu`), so the cost of the
    smaller weights is measured, not assumed.
 4. Writes `results.json` (the run's training record; BLEU of the shipped weights on both splits; the choice and its
-   figures), the cross-attention figure of the shipped weights, the run's curves, and the model card (README.md).
+   figures), the cross-attention figure of the shipped weights, the run's curves, and the model card (README.md),
+   copied to `model_cards/NAME.md` (its row in `model_cards/README.md`'s table is written by hand: the test says it).
 
 `bench/rescore_shipped.py` checks every shipped folder's figures against a fresh scoring.
 """
@@ -46,6 +47,7 @@ from vanilla_transformer.translation.translate import translate
 
 PACKAGE = Path(vanilla_transformer.__file__).resolve().parent
 CURVES = ("loss.png", "learning_rate.png", "bleu.png")  # the run's plots (train.py's report)
+MODEL_CARDS = Path(__file__).resolve().parents[1] / "model_cards"  # every shipped model's card, beside the package
 
 
 def split_pairs(results: dict, data_dir: Path, role: str) -> tuple[str, list[str], list[str]]:
@@ -107,6 +109,7 @@ def write_folder(chosen: Path, run_dir: Path, folder: Path, weights: str) -> Non
                 folder / name,
                 metadata={"format": "pt"},
             )
+            (folder / name).chmod(0o644)  # safetensors writes 0600, which a wheel built from this tree would keep
         elif name not in ("results.json", "README.md") and not name.endswith(".png"):
             shutil.copy2(path, folder / name)
     for name in CURVES:  # the averaged model's directory holds copies of the run's curves; take the run's own
@@ -180,6 +183,7 @@ def main(argv=None) -> int:
     (folder / "results.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
     config = VanillaTransformerConfig.from_pretrained(folder)
     write_model_card(folder, config, results, model_name=f"vanilla-transformer-{args.name}", shipped_name=args.name)
+    shutil.copy2(folder / "README.md", MODEL_CARDS / f"{args.name}.md")  # the copy tests/test_model_cards.py compares
     size = sum(p.stat().st_size for p in folder.iterdir())
     print(f"{folder}: {size / 2**20:.1f} MiB ({', '.join(sorted(p.name for p in folder.iterdir()))})")
     return 0

@@ -50,23 +50,46 @@ def test_the_readme_names_the_shipped_decoding():
     assert f"(beam {decoding['num_beams']}, length penalty {decoding['length_penalty']})" in page("README.md")
 
 
-def test_results_md_quotes_the_shipped_run():
-    results = results_of(DEFAULT_MODEL)
-    bleu, training = results["bleu"], results["training"]
-    averaging = results["checkpoint_averaging"]
-    text = page("docs/results.md")
+def section(text: str, heading: str) -> str:
+    """The part of `text` (one line, as `page` gives) from `heading` to the next heading of any level."""
+    start = text.index(heading)
+    ends = [i for i in (text.find(" ## ", start + 1), text.find(" ### ", start + 1)) if i != -1]
+    return text[start : min(ends, default=len(text))]
+
+
+@pytest.mark.parametrize("name", shipped_models())
+def test_results_md_quotes_each_shipped_run(name):
+    """docs/results.md has a section per shipped model whose figures are its results.json's and its folder's."""
+    results = results_of(name)
+    bleu, training, shipping = results["bleu"], results["training"], results["shipping"]
+    text = section(page("docs/results.md"), f"### `{name}`")
+    folder = PRETRAINED_DIR / name
+    size = f"{sum(p.stat().st_size for p in folder.iterdir()) / 1e6:.1f} MB"
+    weights = f"{(folder / 'model.safetensors').stat().st_size / 1e6:.1f} MB"
+    shipped = (
+        f"average of {results['checkpoint_averaging']['num_checkpoints']} (shipped)"
+        if shipping["chosen"] == "averaged"
+        else "final model (shipped)"
+    )
     expected = [
         f"{training['train_runtime_s'] / 60:.1f} minutes, {training['steps']:,} updates ({training['epochs']:.1f} "
         f"epochs), {training['tokens_per_second']:,.0f} source + target tokens per second",
-        f"average of {averaging['num_checkpoints']} (shipped)",
-        f"**{bleu['validation']['score']:.2f}** (float32 weights: {results['shipping']['float32_weights_bleu']['validation']:.2f})",
+        f"{PRECISION[training['precision']['mixed_precision']]} on {training['hardware']}",
+        shipped,
+        *(f"| {bleu:.2f} |" for chosen, bleu in shipping["validation_bleu"].items() if chosen != shipping["chosen"]),
+        f"**{bleu['validation']['score']:.2f}** (float32 weights: {shipping['float32_weights_bleu']['validation']:.2f})",
         f"| {bleu['validation']['lowercase']['score']:.2f} |",
-        f"**{bleu['test']['score']:.2f}** (float32 weights: {results['shipping']['float32_weights_bleu']['test']:.2f})",
+        f"**{bleu['test']['score']:.2f}** (float32 weights: {shipping['float32_weights_bleu']['test']:.2f})",
         f"| {bleu['test']['lowercase']['score']:.2f} |",
-        f"decoded with its generation config (beam {results['decoding']['num_beams']}, length penalty "
-        f"{results['decoding']['length_penalty']})",
+        f"bfloat16 weights {weights}; the folder is {size} in all",
     ]
     assert [figure for figure in expected if figure not in text] == []
+    decoding = results["decoding"]
+    head = section(page("docs/results.md"), "## The shipped models")
+    assert (
+        f"decoded with its generation config (beam {decoding['num_beams']}, length penalty {decoding['length_penalty']})"
+        in head
+    )
 
 
 @pytest.mark.parametrize("name", ["docs/performance.md", "docs/model.md"])
@@ -78,9 +101,6 @@ def test_the_float32_figures_name_the_shipped_run(name):
 
 
 def test_the_shipped_folders_size_is_said_one_way():
-    folder = PRETRAINED_DIR / DEFAULT_MODEL
-    size = f"{sum(p.stat().st_size for p in folder.iterdir()) / 1e6:.1f} MB"
-    weights = f"{(folder / 'model.safetensors').stat().st_size / 1e6:.1f} MB"
-    assert f"the folder is {size} in all" in page("docs/results.md")
-    assert f"halves them ({weights};" in page("docs/results.md")
-    assert f"The wheel grows by the folder's size, {size}." in page("docs/sharing.md")
+    """docs/sharing.md says what the shipped models add to the package, in the folders' own bytes."""
+    sizes = [sum(p.stat().st_size for p in (PRETRAINED_DIR / n).iterdir()) for n in shipped_models()]
+    assert f"The {len(sizes)} folders hold {sum(sizes) / 1e6:.1f} MB" in page("docs/sharing.md")

@@ -96,6 +96,14 @@ def test_wheel_holds_every_file_the_package_needs(wheel):
     } <= names
 
 
+def test_the_wheel_with_its_shipped_models_stays_under_40_mb(wheel):
+    """The shipped models travel in the wheel while it stays under 40 MB (docs/sharing.md gives the sizes); past
+    that, the models move to a distribution of their own."""
+    size = wheel.stat().st_size
+    models = sum(info.compress_size for info in zipfile.ZipFile(wheel).infolist() if "/pretrained/" in info.filename)
+    assert size < 40e6, f"the wheel is {size / 1e6:.1f} MB, {models / 1e6:.1f} MB of it the shipped models"
+
+
 def test_dependency_floors_are_versions_that_work():
     """Every dependency has a floor; this environment (the one the suite tests) satisfies it; and no floor is below
     a version known to lack what the code uses."""
@@ -311,32 +319,68 @@ def test_installed_wheel_trains_with_a_shipped_preset_from_any_directory(fresh_e
     )
 
 
-def test_installed_wheel_translates_with_the_shipped_model_offline(fresh_env, tmp_path):
+# One sentence a shipped model's source language, and words its translation holds, by the model's short name.
+SHIPPED_EXAMPLES = {
+    "multi30k-en-de": ("A man is riding a bicycle down the street.", ("Fahrrad", "Mann")),
+    "multi30k-de-en": ("Ein Mann fährt mit dem Fahrrad die Straße entlang.", ("bicycle", "bike", "man")),
+    "multi30k-en-fr": ("A man is riding a bicycle down the street.", ("vélo", "homme")),
+}
+
+
+def test_installed_wheel_translates_with_each_shipped_model_offline(fresh_env, tmp_path):
     """After installing the wheel, with no network and no training: the README's translate command and its pipeline
-    snippet use the model that ships in the wheel (not the checkout's copy)."""
+    snippet use each model that ships in the wheel (not the checkout's copy)."""
     env = subprocess_env(PYTHONPATH="")
-    sentence = "A man is riding a bicycle down the street.\n"
     command = fresh_env.parent / "vanilla-transformer"
-    translated = subprocess.run(
-        [str(command), "translate", "--model", "multi30k-en-de"],
-        input=sentence,
+    listed = subprocess.run(
+        [
+            str(fresh_env),
+            "-c",
+            "import json; from vanilla_transformer import shipped_models; print(json.dumps(shipped_models()))",
+        ],
         cwd=tmp_path,
         env=env,
         capture_output=True,
         text=True,
         timeout=300,
     )
-    assert translated.returncode == 0, translated.stderr[-3000:]
+    assert listed.returncode == 0, listed.stderr[-3000:]
+    names = json.loads(listed.stdout.strip().splitlines()[-1])
+    assert names == sorted(p.name for p in (ROOT / "vanilla_transformer" / "pretrained").iterdir())
+    assert set(names) <= set(SHIPPED_EXAMPLES), "add the new shipped model's example sentence"
+    translated = {}
+    for name in names:
+        sentence, _ = SHIPPED_EXAMPLES[name]
+        done = subprocess.run(
+            [str(command), "translate", "--model", name],
+            input=sentence + "\n",
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        translated[name] = done.stdout.strip()
     script = (
-        "import json; from transformers import pipeline; from vanilla_transformer import shipped_model_path;"
-        " path = shipped_model_path('multi30k-en-de');"
-        f" out = pipeline('translation', model=path, trust_remote_code=True)({sentence.strip()!r})[0]['translation_text'];"
-        " print(json.dumps([path, out]))"
+        "import json, sys; from transformers import pipeline; from vanilla_transformer import shipped_model_path;"
+        " examples = json.loads(sys.argv[1]); out = {}\n"
+        "for name, sentence in examples.items():\n"
+        "    path = shipped_model_path(name)\n"
+        "    out[name] = [path, pipeline('translation', model=path, trust_remote_code=True)(sentence)[0]['translation_text']]\n"
+        "print(json.dumps(out))"
     )
+    examples = {name: SHIPPED_EXAMPLES[name][0] for name in names}
     piped = subprocess.run(
-        [str(fresh_env), "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+        [str(fresh_env), "-c", script, json.dumps(examples)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert piped.returncode == 0, piped.stderr[-3000:]
-    path, text = json.loads(piped.stdout.strip().splitlines()[-1])
-    assert Path(path).is_relative_to(fresh_env.parent.parent) and not Path(path).is_relative_to(ROOT)
-    assert text == translated.stdout.strip() and ("Fahrrad" in text or "Mann" in text), (text, translated.stdout)
+    for name, (path, text) in json.loads(piped.stdout.strip().splitlines()[-1]).items():
+        assert Path(path).is_relative_to(fresh_env.parent.parent) and not Path(path).is_relative_to(ROOT)
+        words = SHIPPED_EXAMPLES[name][1]
+        assert text == translated[name] and any(word in text for word in words), (name, text, translated[name])

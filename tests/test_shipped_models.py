@@ -84,10 +84,30 @@ def package_translations():
     return translate(model, tokenizer, SENTENCES)
 
 
-def test_the_shipped_model_translates(package_translations):
-    """A real translator, not a random one: German words come out for the validation sentences."""
-    text = " ".join(package_translations).lower()
-    assert all(package_translations) and sum(word in text.split() for word in ("ein", "eine", "mann", "und")) >= 2
+# Words that come out of a real translator of Multi30k's first validation sentences, by target language.
+COMMON_WORDS = {
+    "de": ("ein", "eine", "mann", "und"),
+    "en": ("a", "the", "man", "is"),
+    "fr": ("un", "une", "homme", "et"),
+}
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_each_shipped_model_translates_into_its_language(name, package_translations):
+    """A real translator, not a random one: the target language's words come out for the validation sentences of the
+    source language its results.json names."""
+    from vanilla_transformer.translation.loading import load_model
+    from vanilla_transformer.translation.translate import translate
+
+    results = json.loads((PRETRAINED_DIR / name / "results.json").read_text())
+    if name == DEFAULT_MODEL:
+        translations = package_translations
+    else:
+        model, tokenizer = load_model(name, device="cpu")
+        translations = translate(model, tokenizer, read_multi30k(f"val.{results['src_lang']}.gz", 4))
+    words = " ".join(translations).lower().split()
+    assert all(translations) and sum(word in words for word in COMMON_WORDS[results["tgt_lang"]]) >= 2, translations
+    assert name == f"multi30k-{results['src_lang']}-{results['tgt_lang']}"  # the name says the direction
 
 
 def test_from_pretrained_and_pipeline_by_the_readmes_path(package_translations):
