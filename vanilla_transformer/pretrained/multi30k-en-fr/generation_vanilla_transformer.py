@@ -1,0 +1,108 @@
+"""The decoding rules, written once: the length penalty's forms, the GNMT penalty, and the check of the decoding options.
+
+Section 6.1 decodes "with a beam size of 4 and length penalty alpha = 0.6 (Wu et al., 2016)": the GNMT penalty of the
+authors' tensor2tensor (`utils/beam_search.py`) and of OpenNMT-py (`-length_penalty wu`). transformers' beam search
+divides by length ** alpha instead (as fairseq and CTranslate2 do). The generation config's `length_penalty_form`
+picks one; saved in generation_config.json as an extra attribute (transformers keeps those), absent = "length".
+
+A remote-code file that imports only the standard library: the model code imports it (a relative import, so
+`save_pretrained` copies it beside the model), and so do the command line (it checks the decoding options before
+torch is loaded), the training options, the library's `translate`, the CTranslate2 engine and the web demo.
+"""
+
+import math
+
+
+LENGTH_PENALTY_FORMS = {
+    "length": "log P(Y) / |Y| ** alpha (transformers' beam search, fairseq, CTranslate2)",
+    "gnmt": "log P(Y) / ((5 + |Y|) / 6) ** alpha (Wu et al., 2016: the paper's, tensor2tensor, OpenNMT-py `wu`)",
+}
+
+
+def gnmt_length_penalty(length: int, alpha: float) -> float:
+    """lp(Y) = ((5 + |Y|) / 6) ** alpha (Wu et al., 2016, eq. 14); |Y| counts the generated tokens, `</s>` included,
+    as tensor2tensor counts them."""
+    return ((5.0 + length) / 6.0) ** alpha
+
+
+def check_decoding(
+    *,
+    batch_size: int | None = None,
+    num_beams: int | None = None,
+    n_best: int | None = None,
+    max_new_tokens: int | None = None,
+    length_penalty: float | None = None,
+    length_penalty_form: str | None = None,
+    temperature: float | None = None,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    max_beams: int | None = None,
+    names: dict[str, str] | None = None,
+) -> None:
+    """The one check of the decoding options, for every caller: the command line (before anything loads), the
+    library's `translate`, the model's `generate`, the CTranslate2 engine, the training options and the web demo.
+    Each option given (None: not given) must be: `batch_size`, `num_beams`, `n_best`, `max_new_tokens` integers of at
+    least 1
+    (`num_beams` also at most `max_beams` when that is given; `n_best` at most `num_beams` when both are given);
+    `length_penalty` finite; `length_penalty_form` one of LENGTH_PENALTY_FORMS, with "gnmt" an alpha of 0 or more
+    (its bound on what a running hypothesis can still reach holds for alpha >= 0 only; Wu et al. use 0 to 1);
+    `temperature` above 0; `top_k` 0 or more; `top_p` in (0, 1]. A ValueError names the option as `names` spells it
+    (default: its Python name in backquotes, e.g. "`batch_size` must be at least 1, got 0.")."""
+    names = names or {}
+
+    def name(option: str) -> str:
+        return names.get(option, f"`{option}`")
+
+    for option, value in (
+        ("batch_size", batch_size),
+        ("num_beams", num_beams),
+        ("n_best", n_best),
+        ("max_new_tokens", max_new_tokens),
+    ):
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"{name(option)} must be an integer, got {value!r}.")
+        if option == "num_beams" and max_beams is not None:
+            if not 1 <= value <= max_beams:
+                raise ValueError(f"{name(option)} must be between 1 and {max_beams}, got {value}.")
+        elif value < 1:
+            raise ValueError(f"{name(option)} must be at least 1, got {value}.")
+    if n_best is not None and num_beams is not None and n_best > num_beams:
+        raise ValueError(
+            f"{name('n_best')} {n_best} is more than {name('num_beams')} {num_beams}: beam search keeps {num_beams} "
+            "hypotheses."
+        )
+    if length_penalty is not None and not math.isfinite(length_penalty):
+        raise ValueError(f"{name('length_penalty')} must be a finite number, got {length_penalty}.")
+    if length_penalty_form is not None and length_penalty_form not in LENGTH_PENALTY_FORMS:
+        raise ValueError(
+            f"{name('length_penalty_form')} {length_penalty_form!r} is not a length penalty form: "
+            + "; ".join(f"{form!r}: {what}" for form, what in LENGTH_PENALTY_FORMS.items())
+            + "."
+        )
+    if length_penalty_form == "gnmt" and length_penalty is not None and not length_penalty >= 0:
+        raise ValueError(
+            f"{name('length_penalty')} {length_penalty} with {name('length_penalty_form')} 'gnmt': the GNMT penalty "
+            "takes alpha >= 0 (a negative alpha is for the 'length' form, where it favours shorter hypotheses)."
+        )
+    if temperature is not None and not temperature > 0:
+        raise ValueError(f"{name('temperature')} must be above 0, got {temperature}.")
+    if top_k is not None and top_k < 0:
+        raise ValueError(f"{name('top_k')} must be 0 or more, got {top_k}.")
+    if top_p is not None and not 0 < top_p <= 1:
+        raise ValueError(f"{name('top_p')} must be in (0, 1], got {top_p}.")
+
+
+def length_penalty_form(generation_config, **overrides) -> str:
+    """The length penalty form a `generate` call decodes with ("length" when none is named), checked with its alpha
+    (`check_decoding`). `overrides`: the call's own `length_penalty_form` / `length_penalty` (None: not given), which
+    win over the generation config's, as `generate`'s keywords do."""
+    form = overrides.get("length_penalty_form") or getattr(generation_config, "length_penalty_form", None) or "length"
+    alpha = overrides.get("length_penalty")
+    alpha = getattr(generation_config, "length_penalty", None) if alpha is None else alpha
+    check_decoding(length_penalty=alpha, length_penalty_form=form)
+    return form
+
+
+__all__ = ["LENGTH_PENALTY_FORMS", "check_decoding", "gnmt_length_penalty", "length_penalty_form"]
