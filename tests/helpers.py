@@ -1,6 +1,7 @@
 """What several test modules share: the real data, and a prelude for subprocesses that must not see this package."""
 
 import gzip
+import json
 import os
 import subprocess
 import sys
@@ -107,6 +108,30 @@ def assert_refused_without_torch(argv: list[str], flag: str, message: str, **run
     assert flag in errors[0] and message in errors[0], errors
     heavy = sorted(name for name in imported if name.split(".")[0] in HEAVY)
     assert heavy == [], (argv, heavy[:5])
+
+
+# --- the shipped models' figures, as README.md's and model_cards/README.md's tables print them
+
+PRECISION = {"no": "float32", "bf16": "bfloat16", "fp16": "float16"}  # results.json's `mixed_precision`, in words
+
+
+def shipped_results(name: str) -> dict:
+    """The results.json of the shipped model `name`."""
+    from vanilla_transformer.translation.shipped import PRETRAINED_DIR
+
+    return json.loads((PRETRAINED_DIR / name / "results.json").read_text())
+
+
+def figure_cells(results: dict) -> str:
+    """The cells both tables give a shipped model: test and validation BLEU (cased / lowercased), the machine and
+    precision it trained in, its updates and minutes."""
+    bleu, training = results["bleu"], results["training"]
+    return (
+        f"| {bleu['test']['score']:.2f} / {bleu['test']['lowercase']['score']:.2f} "
+        f"| {bleu['validation']['score']:.2f} / {bleu['validation']['lowercase']['score']:.2f} "
+        f"| {training['hardware']}: {PRECISION[training['precision']['mixed_precision']]} "
+        f"| {training['steps']:,} | {training['train_runtime_s'] / 60:.0f} "
+    )
 
 
 # The sizes of the tiny model the tests build: section 3's architecture (3.1's two stacks, 3.2.2's heads, 3.3's

@@ -1,33 +1,20 @@
-"""The shipped model's figures in README.md and docs/ are its own `results.json`'s and its folder's size: the README
-table row is built from results.json, and each page that quotes the shipped run quotes its numbers."""
+"""The shipped models' figures in README.md and docs/ are their own `results.json`'s and their folders' sizes: the
+README table's rows are built from results.json, and each page that quotes a shipped run quotes its numbers."""
 
-import json
 from pathlib import Path
 
 import pytest
+from helpers import PRECISION, figure_cells, shipped_results
 
 from vanilla_transformer.translation.shipped import DEFAULT_MODEL, PRETRAINED_DIR, shipped_models
 
 
 ROOT = Path(__file__).resolve().parents[1]
-PRECISION = {"no": "float32", "bf16": "bfloat16", "fp16": "float16"}
-
-
-def results_of(name: str) -> dict:
-    return json.loads((PRETRAINED_DIR / name / "results.json").read_text())
 
 
 def readme_row(name: str) -> str:
     """README.md's row for the shipped model `name`, from its results.json."""
-    results = results_of(name)
-    bleu, training = results["bleu"], results["training"]
-    return (
-        f"| `{name}` | {bleu['test']['score']:.2f} / {bleu['test']['lowercase']['score']:.2f} "
-        f"| {bleu['validation']['score']:.2f} / {bleu['validation']['lowercase']['score']:.2f} "
-        f"| {training['hardware']}: {PRECISION[training['precision']['mixed_precision']]} "
-        f"| {training['steps']:,} | {training['train_runtime_s'] / 60:.0f} "
-        f"| [README.md](vanilla_transformer/pretrained/{name}/README.md) |"
-    )
+    return f"| `{name}` {figure_cells(shipped_results(name))}| [README.md](vanilla_transformer/pretrained/{name}/README.md) |"
 
 
 def page(name: str) -> str:
@@ -46,7 +33,7 @@ def test_the_readme_table_is_the_shipped_models_results():
 
 
 def test_the_readme_names_the_shipped_decoding():
-    decoding = results_of(DEFAULT_MODEL)["decoding"]
+    decoding = shipped_results(DEFAULT_MODEL)["decoding"]
     assert f"(beam {decoding['num_beams']}, length penalty {decoding['length_penalty']})" in page("README.md")
 
 
@@ -60,7 +47,7 @@ def section(text: str, heading: str) -> str:
 @pytest.mark.parametrize("name", shipped_models())
 def test_results_md_quotes_each_shipped_run(name):
     """docs/results.md has a section per shipped model whose figures are its results.json's and its folder's."""
-    results = results_of(name)
+    results = shipped_results(name)
     bleu, training, shipping = results["bleu"], results["training"], results["shipping"]
     text = section(page("docs/results.md"), f"### `{name}`")
     folder = PRETRAINED_DIR / name
@@ -95,7 +82,7 @@ def test_results_md_quotes_each_shipped_run(name):
 @pytest.mark.parametrize("name", ["docs/performance.md", "docs/model.md"])
 def test_the_float32_figures_name_the_shipped_run(name):
     """The float32 hours on CPU-C are ranges of other runs; each page that gives them also gives the shipped run's."""
-    training = results_of(DEFAULT_MODEL)["training"]
+    training = shipped_results(DEFAULT_MODEL)["training"]
     text = page(name)
     assert f"{training['tokens_per_second']:,.0f}" in text and f"{training['steps']:,}" in text
 

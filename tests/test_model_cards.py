@@ -1,28 +1,24 @@
 """`model_cards/`: the card of every shipped model, equal to its folder's README.md, and an index whose figures are
 the models' own `results.json`."""
 
-import json
 from pathlib import Path
+
+from helpers import figure_cells, shipped_results
 
 from vanilla_transformer.translation.shipped import PRETRAINED_DIR, shipped_models
 
 
 CARDS = Path(__file__).resolve().parents[1] / "model_cards"
-PRECISION = {"no": "float32", "bf16": "bfloat16", "fp16": "float16"}
 
 
 def expected_row(name: str) -> str:
     """The index's row for the shipped model `name`, from its results.json."""
-    results = json.loads((PRETRAINED_DIR / name / "results.json").read_text())
-    bleu, training = results["bleu"], results["training"]
+    results = shipped_results(name)
     decoding = results["decoding"]
     return (
         f"| [`{name}`](../vanilla_transformer/pretrained/{name}) | {results['src_lang']} -> {results['tgt_lang']} "
-        f"| {bleu['test']['score']:.2f} / {bleu['test']['lowercase']['score']:.2f} "
-        f"| {bleu['validation']['score']:.2f} / {bleu['validation']['lowercase']['score']:.2f} "
         f"| beam {decoding['num_beams']}, length penalty {decoding['length_penalty']} "
-        f"| {training['hardware']}: {PRECISION[training['precision']['mixed_precision']]} "
-        f"| {training['steps']:,} | {training['train_runtime_s'] / 60:.0f} | [{name}.md]({name}.md) |"
+        f"{figure_cells(results)}| [{name}.md]({name}.md) |"
     )
 
 

@@ -319,17 +319,16 @@ def test_installed_wheel_trains_with_a_shipped_preset_from_any_directory(fresh_e
     )
 
 
-# One sentence a shipped model's source language, and words its translation holds, by the model's short name.
-SHIPPED_EXAMPLES = {
-    "multi30k-en-de": ("A man is riding a bicycle down the street.", ("Fahrrad", "Mann")),
-    "multi30k-de-en": ("Ein Mann fährt mit dem Fahrrad die Straße entlang.", ("bicycle", "bike", "man")),
-    "multi30k-en-fr": ("A man is riding a bicycle down the street.", ("vélo", "homme")),
-}
+# Words the translation of a model card's example sentence (`hub.model_card.EXAMPLES`, by the model's source
+# language) holds, by the model's target language.
+EXAMPLE_WORDS = {"de": ("Fahrrad", "Mann"), "en": ("bicycle", "bike", "man"), "fr": ("vélo", "homme")}
 
 
 def test_installed_wheel_translates_with_each_shipped_model_offline(fresh_env, tmp_path):
     """After installing the wheel, with no network and no training: the README's translate command and its pipeline
-    snippet use each model that ships in the wheel (not the checkout's copy)."""
+    snippet use each model that ships in the wheel (not the checkout's copy), on its card's example sentence."""
+    from vanilla_transformer.hub import model_card
+
     env = subprocess_env(PYTHONPATH="")
     command = fresh_env.parent / "vanilla-transformer"
     listed = subprocess.run(
@@ -346,11 +345,11 @@ def test_installed_wheel_translates_with_each_shipped_model_offline(fresh_env, t
     )
     assert listed.returncode == 0, listed.stderr[-3000:]
     names = json.loads(listed.stdout.strip().splitlines()[-1])
-    assert names == sorted(p.name for p in (ROOT / "vanilla_transformer" / "pretrained").iterdir())
-    assert set(names) <= set(SHIPPED_EXAMPLES), "add the new shipped model's example sentence"
+    assert names == sorted(p.name for p in (PACKAGE / "pretrained").iterdir())
+    directions = {name: json.loads((PACKAGE / "pretrained" / name / "results.json").read_text()) for name in names}
+    examples = {name: model_card.EXAMPLES[results["src_lang"]] for name, results in directions.items()}
     translated = {}
-    for name in names:
-        sentence, _ = SHIPPED_EXAMPLES[name]
+    for name, sentence in examples.items():
         done = subprocess.run(
             [str(command), "translate", "--model", name],
             input=sentence + "\n",
@@ -370,7 +369,6 @@ def test_installed_wheel_translates_with_each_shipped_model_offline(fresh_env, t
         "    out[name] = [path, pipeline('translation', model=path, trust_remote_code=True)(sentence)[0]['translation_text']]\n"
         "print(json.dumps(out))"
     )
-    examples = {name: SHIPPED_EXAMPLES[name][0] for name in names}
     piped = subprocess.run(
         [str(fresh_env), "-c", script, json.dumps(examples)],
         cwd=tmp_path,
@@ -382,5 +380,5 @@ def test_installed_wheel_translates_with_each_shipped_model_offline(fresh_env, t
     assert piped.returncode == 0, piped.stderr[-3000:]
     for name, (path, text) in json.loads(piped.stdout.strip().splitlines()[-1]).items():
         assert Path(path).is_relative_to(fresh_env.parent.parent) and not Path(path).is_relative_to(ROOT)
-        words = SHIPPED_EXAMPLES[name][1]
+        words = EXAMPLE_WORDS[directions[name]["tgt_lang"]]
         assert text == translated[name] and any(word in text for word in words), (name, text, translated[name])

@@ -154,9 +154,8 @@ def build_demo(model, tokenizer, *, model_name: str = "model", compare: tuple | 
 
 
 def _sides(model, tokenizer, model_name: str, compare: tuple | None) -> list[tuple]:
-    """(model, tokenizer, name) of each model of the page. Each model is
-    switched to eager attention once, so that `attention_weights` need not switch it per request (which concurrent
-    requests would race on)."""
+    """(model, tokenizer, name) of each model of the page. Each model is switched to eager attention once, so that
+    `attention_weights` need not switch it per request (which concurrent requests would race on)."""
     sides = [(model, tokenizer, model_name)]
     if compare is not None:
         sides.append(tuple(compare))
