@@ -17,6 +17,11 @@ def readme_row(name: str) -> str:
     return f"| `{name}` {figure_cells(shipped_results(name))}| [README.md](vanilla_transformer/pretrained/{name}/README.md) |"
 
 
+def folder_megabytes(name: str) -> float:
+    """The shipped model `name`'s folder, in MB (its files' own bytes, as the pages give them)."""
+    return sum(p.stat().st_size for p in (PRETRAINED_DIR / name).iterdir()) / 1e6
+
+
 def page(name: str) -> str:
     return " ".join((ROOT / name).read_text().split())  # one line: a figure may sit across a line break
 
@@ -51,7 +56,7 @@ def test_results_md_quotes_each_shipped_run(name):
     bleu, training, shipping = results["bleu"], results["training"], results["shipping"]
     text = section(page("docs/results.md"), f"### `{name}`")
     folder = PRETRAINED_DIR / name
-    size = f"{sum(p.stat().st_size for p in folder.iterdir()) / 1e6:.1f} MB"
+    size = f"{folder_megabytes(name):.1f} MB"
     weights = f"{(folder / 'model.safetensors').stat().st_size / 1e6:.1f} MB"
     shipped = (
         f"average of {results['checkpoint_averaging']['num_checkpoints']} (shipped)"
@@ -94,5 +99,5 @@ def test_the_throughput_table_has_each_shipped_hour(name):
 
 def test_the_shipped_folders_size_is_said_one_way():
     """docs/sharing.md says what the shipped models add to the package, in the folders' own bytes."""
-    sizes = [sum(p.stat().st_size for p in (PRETRAINED_DIR / n).iterdir()) for n in shipped_models()]
-    assert f"The {len(sizes)} folders hold {sum(sizes) / 1e6:.1f} MB" in page("docs/sharing.md")
+    sizes = [folder_megabytes(name) for name in shipped_models()]
+    assert f"The {len(sizes)} folders hold {sum(sizes):.1f} MB" in page("docs/sharing.md")

@@ -18,7 +18,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from helpers import TINY_SIZES, subprocess_env, tiny_options
+from helpers import TINY_SIZES, shipped_results, subprocess_env, tiny_options
 
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -346,7 +346,7 @@ def test_installed_wheel_translates_with_each_shipped_model_offline(fresh_env, t
     assert listed.returncode == 0, listed.stderr[-3000:]
     names = json.loads(listed.stdout.strip().splitlines()[-1])
     assert names == sorted(p.name for p in (PACKAGE / "pretrained").iterdir())
-    directions = {name: json.loads((PACKAGE / "pretrained" / name / "results.json").read_text()) for name in names}
+    directions = {name: shipped_results(name) for name in names}
     examples = {name: model_card.EXAMPLES[results["src_lang"]] for name, results in directions.items()}
     translated = {}
     for name, sentence in examples.items():

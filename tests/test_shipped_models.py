@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import BLOCK_PACKAGE, read_multi30k, subprocess_env
+from helpers import BLOCK_PACKAGE, read_multi30k, shipped_results, subprocess_env
 from safetensors import safe_open
 
 from vanilla_transformer.hub.push import files_to_push
@@ -99,7 +99,7 @@ def test_each_shipped_model_translates_into_its_language(name, package_translati
     from vanilla_transformer.translation.loading import load_model
     from vanilla_transformer.translation.translate import translate
 
-    results = json.loads((PRETRAINED_DIR / name / "results.json").read_text())
+    results = shipped_results(name)
     if name == DEFAULT_MODEL:
         translations = package_translations
     else:
