@@ -272,7 +272,7 @@ def test_final_and_averaged_cards_are_two_models_with_readable_training_tables()
     hyperparameters = {"lr_cooldown_updates": [4730, 5883], "adam_betas": [0.9, 0.98], "bidirectional_steps": None}
     # A timed run plans its cool-down to end at update 5,883; the time limit stopped it at 5,860.
     results = {**RESULTS, "training": {**RESULTS["training"], "steps": 5860, "hyperparameters": hyperparameters}}
-    results["dataset"] = {"name": "multi30k", "path": "../shared/data/multi30k", "train_pairs": 29000}
+    results["dataset"] = {"name": "multi30k", "path": "multi30k/data/task1/raw", "train_pairs": 29000}
     final = render_model_card(small_config(), {**results, "checkpoint_averaging": None})
     averaged = render_model_card(small_config(), results)  # RESULTS averages 5 checkpoints
     assert final.data.model_name == "vanilla-transformer-en-de"

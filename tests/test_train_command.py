@@ -11,7 +11,15 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import read_multi30k, subprocess_env, tiny_options, write_multi30k_subset
+from helpers import (
+    MULTI30K,
+    MULTI30K_CLONE,
+    needs_multi30k_clone,
+    read_multi30k,
+    subprocess_env,
+    tiny_options,
+    write_multi30k_subset,
+)
 from safetensors.torch import load_file
 
 from vanilla_transformer.training import command as train
@@ -281,16 +289,17 @@ def _set(argv: list[str], **values) -> list[str]:
     return argv
 
 
-def _write_tables(argv: list[str], langs: tuple[str, str], sizes: dict[str, int | None]) -> None:
-    """Multi30k's `langs` pairs as the README's tables, in the directory `--dataset` names: `{split}.tsv` for each of
-    the command's split names, a header row of its `--src_column` / `--tgt_column`, the first `sizes[flag]` pairs
-    (None: all). A tab inside a sentence becomes a space (a table cannot hold it; Multi30k has one, in train.de)."""
+def _write_tables(argv: list[str], langs: tuple[str, str], sizes: dict[str, int | None], source=MULTI30K) -> None:
+    """Multi30k's `langs` pairs (of the directory `source`) as the README's tables, in the directory `--dataset`
+    names: `{split}.tsv` for each of the command's split names, a header row of its `--src_column` / `--tgt_column`,
+    the first `sizes[flag]` pairs (None: all). A tab inside a sentence becomes a space (a table cannot hold it;
+    Multi30k has one, in train.de)."""
     corpus = Path(argv[argv.index("--dataset") + 1])
     corpus.mkdir(parents=True)
     src, tgt = argv[argv.index("--src_column") + 1], argv[argv.index("--tgt_column") + 1]
     for flag, n in sizes.items():
         split = MULTI30K_SPLITS[flag]
-        pairs = zip(read_multi30k(f"{split}.{langs[0]}.gz", n), read_multi30k(f"{split}.{langs[1]}.gz", n))
+        pairs = zip(*(read_multi30k(f"{split}.{lang}.gz", n, directory=source) for lang in langs))
         rows = [f"{src}\t{tgt}"] + ["\t".join(s.replace("\t", " ") for s in pair) for pair in pairs]
         (corpus / f"{argv[argv.index(f'--{flag}_split') + 1]}.tsv").write_text("\n".join(rows) + "\n", "utf-8")
 
@@ -421,6 +430,7 @@ def test_a_run_stopped_inside_its_warm_up_says_so_last_and_its_card_says_it_is_n
 
 
 @pytest.mark.slow
+@needs_multi30k_clone
 def test_the_readmes_own_data_command_trains_a_translator_on_a_corpus_without_a_preset(tmp_path):
     """The README's own-data command as a person runs it (its console script, in a new process with the machine's
     threads) on Multi30k's French->German, a direction no preset has, laid out as the README's tables (all 29,000
@@ -440,7 +450,7 @@ def test_the_readmes_own_data_command_trains_a_translator_on_a_corpus_without_a_
         output_dir=tmp_path / "run",
         max_train_minutes=OWN_DATA_MINUTES,
     )
-    _write_tables(argv, ("fr", "de"), {"train": None, "validation": None, "test": None})
+    _write_tables(argv, ("fr", "de"), {"train": None, "validation": None, "test": None}, source=MULTI30K_CLONE)
     script = Path(sys.executable).parent / "vanilla-transformer"
     command = [str(script)] if script.is_file() else [sys.executable, "-m", "vanilla_transformer.commands"]
     result = subprocess.run(

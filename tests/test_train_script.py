@@ -200,14 +200,14 @@ def test_shipped_presets_parse(path):
     assert training_args.output_dir and model_args.preset
     if path.name.startswith("multi30k_"):
         # One recipe for every Multi30k direction (tuned on EN->DE validation data): only the languages and the
-        # output directory differ, and each direction's files exist in the shared data.
+        # output directory differ, and each direction's files exist in the tests' Multi30k sample.
         recipe = json.loads((PRESETS_DIR / "multi30k_en_de_cpu.json").read_text())
         own = json.loads(path.read_text())
         assert {k: v for k, v in own.items() if recipe.get(k) != v} == {
             k: own[k] for k in ("src_lang", "tgt_lang", "output_dir") if own[k] != recipe[k]
         }
         assert run_args.max_train_minutes == 60 and data_args.test_split == "test_2016_flickr"
-        # The dataset is Multi30k as the README clones it; the tests' copy holds the same files.
+        # The dataset is Multi30k as the README clones it; the tests' sample has the same file names.
         assert data_args.dataset == "multi30k/data/task1/raw"
         for split in ("train", "val", "test_2016_flickr"):
             for lang in (data_args.src_lang, data_args.tgt_lang):
