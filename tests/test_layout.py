@@ -148,3 +148,70 @@ def test_each_module_imports_only_its_own_floor_or_those_below():
             if target in modules and _floor(target) is not None and _floor(target) > _floor(name):
                 upward.append(f"{name} -> {target}")
     assert upward == []
+
+
+# ---- the tests run from a clone alone (issue 58): nothing they read lies outside the repository ----------------------
+
+ROOT = PACKAGE.parent
+
+
+def _levels_up(node: ast.AST, names: dict[str, int]) -> int | None:
+    """How many directories above its own file the path expression `node` is (`Path(__file__)` is 0, its `.parent` 1,
+    its `.parents[1]` 2; a module-level name bound to one counts as it); None for what is not such a path."""
+    if isinstance(node, ast.Call) and not node.args and isinstance(node.func, ast.Attribute):
+        return _levels_up(node.func.value, names) if node.func.attr in ("resolve", "absolute") else None
+    if isinstance(node, ast.Call) and ast.unparse(node.func).endswith("Path") and len(node.args) == 1:
+        return 0 if ast.unparse(node.args[0]) == "__file__" else None
+    if isinstance(node, ast.Name):
+        return names.get(node.id)
+    if isinstance(node, ast.Attribute) and node.attr == "parent":
+        below = _levels_up(node.value, names)
+        return None if below is None else below + 1
+    if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Attribute) and node.value.attr == "parents":
+        below, index = _levels_up(node.value.value, names), node.slice
+        if below is not None and isinstance(index, ast.Constant) and isinstance(index.value, int):
+            return below + index.value + 1
+    return None
+
+
+def _paths_outside_the_repository(relative: Path, source: str) -> list[str]:
+    """The expressions of the test file at `relative` (to the repository root) that name a path above the root: a
+    climb from `__file__` past it, or the data beside the repository that the tests once read."""
+    allowed = len(relative.parts)  # tests/x.py: Path(__file__).parents[1], two levels up, is the root
+    tree, names, found = ast.parse(source), {}, []
+    for node in tree.body:
+        target = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else None
+        if isinstance(target, ast.Name) and (levels := _levels_up(node.value, names)) is not None:
+            names[target.id] = levels
+    for node in ast.walk(tree):
+        if isinstance(node, ast.expr) and (_levels_up(node, names) or 0) > allowed:
+            found.append(ast.unparse(node))
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and "../shared" in node.value:
+            found.append(node.value)
+    return found
+
+
+def test_the_check_for_paths_outside_the_repository_finds_them():
+    here = Path("tests") / "test_x.py"
+    for outside in (
+        'M = Path(__file__).resolve().parents[2] / "shared" / "data"',
+        "M = Path(__file__).parent.parent.parent",
+        "ROOT = Path(__file__).resolve().parents[1]\nM = ROOT.parent",
+        'M = "../shared/data/multi30k"',
+    ):
+        assert _paths_outside_the_repository(here, outside), outside
+    inside = 'ROOT = Path(__file__).resolve().parents[1]\nM = ROOT / "tests"\nN = Path(__file__).parent.parent'
+    assert _paths_outside_the_repository(here, inside) == []
+    assert _paths_outside_the_repository(Path("tests") / "support" / "x.py", "M = Path(__file__).parents[2]") == []
+
+
+def test_no_test_reads_outside_the_repository():
+    """A clone alone runs the tests: none names ../shared or climbs from its own file above the repository root (the
+    data they read is tests/data/; .ci/run also runs them in a copy with nothing beside it)."""
+    found = {}
+    for path in sorted((ROOT / "tests").rglob("*.py")):
+        if path == Path(__file__).resolve():  # this file names what it looks for
+            continue
+        if outside := _paths_outside_the_repository(path.relative_to(ROOT), path.read_text()):
+            found[path.relative_to(ROOT).as_posix()] = outside
+    assert found == {}
