@@ -37,7 +37,8 @@ def package_files() -> set[str]:
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
     """The wheel built from a copy of the project's packaging inputs (a build in the checkout would leave `build/`
-    there, whose stale files a later wheel would pick up). No network: the build backend of this environment."""
+    there, whose stale files a later wheel would pick up), and of tests/ with its data, which a clone has beside the
+    package and the wheel must leave out. No network: the build backend of this environment."""
     from packaging.version import Version
 
     version = importlib.metadata.version("setuptools")
@@ -49,6 +50,7 @@ def wheel(tmp_path_factory) -> Path:
     for name in ("pyproject.toml", "README.md", "LICENSE", "vanilla_transformer_cli.py"):
         shutil.copy(ROOT / name, src / name)
     shutil.copytree(PACKAGE, src / PACKAGE.name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    shutil.copytree(ROOT / "tests", src / "tests", ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "artifacts"))
     subprocess.run(
         [
             sys.executable,
@@ -80,6 +82,9 @@ def test_wheel_holds_every_file_the_package_needs(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
     in_package = {name for name in names if name.startswith(f"{PACKAGE.name}/")}
     assert in_package == package_files()
+    # Nothing else but the command's module and the metadata: not tests/ (its Multi30k sample, support code).
+    others = {name for name in names - in_package if ".dist-info/" not in name}
+    assert others == {"vanilla_transformer_cli.py"}
     # The data files the code finds through `__file__` must be inside the package, hence in the wheel.
     for path in (model_card.DEFAULT_TEMPLATE, metrics.METRIC_SCRIPT):
         assert path.is_relative_to(PACKAGE), f"{path} is outside the package: a wheel install would not have it"
