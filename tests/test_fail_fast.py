@@ -7,6 +7,7 @@ importing torch or transformers. `translate` streams: windows of lines sorted by
 each is done; an interruption part-way leaves a prefix of the full output, line for line.
 """
 
+import io
 import os
 import signal
 import subprocess
@@ -162,11 +163,107 @@ def interrupt_after(monkeypatch, windows: int) -> list[int]:
 def test_an_interruption_leaves_a_prefix_of_the_full_output(tiny_model, source, tmp_path, monkeypatch, capsys):
     assert run_translate(tiny_model, source, tmp_path / "full.de", "--window", "6") == 0
     full = (tmp_path / "full.de").read_text(encoding="utf-8").splitlines()
+    assert sorted(os.listdir(tmp_path)) == ["full.de"]  # a finished run leaves no .partial
     sizes = interrupt_after(monkeypatch, 3)
     assert run_translate(tiny_model, source, tmp_path / "part.de", "--window", "6") == 130
     assert sizes == [6, 6, 6]
-    assert "interrupted; the translations of the first 18 lines are in" in capsys.readouterr().err
-    assert (tmp_path / "part.de").read_text(encoding="utf-8").splitlines() == full[:18]
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "interrupted; the translations of the first 18 lines are in" in err, err
+    assert (
+        f"{tmp_path / 'part.de.partial'}, and {tmp_path / 'part.de'} is not written; the rest starts at line 19" in err
+    )
+    assert not (tmp_path / "part.de").exists()  # the output's name is only ever a complete output
+    assert (tmp_path / "part.de.partial").read_text(encoding="utf-8").splitlines() == full[:18]
+
+
+def test_an_existing_output_is_replaced_only_by_a_finished_run(tiny_model, source, tmp_path, monkeypatch, capsys):
+    output = tmp_path / "out.de"
+    output.write_text("earlier output\n", encoding="utf-8")
+    output.chmod(0o640)
+    interrupt_after(monkeypatch, 2)
+    assert run_translate(tiny_model, source, output, "--window", "6") == 130
+    assert output.read_text(encoding="utf-8") == "earlier output\n"
+    assert len((tmp_path / "out.de.partial").read_text(encoding="utf-8").splitlines()) == 12
+    assert "out.de is left as it was" in capsys.readouterr().err
+    monkeypatch.undo()
+    assert run_translate(tiny_model, source, output, "--window", "6") == 0
+    assert len(output.read_text(encoding="utf-8").splitlines()) == 40
+    assert sorted(os.listdir(tmp_path)) == ["out.de"] and output.stat().st_mode & 0o777 == 0o640
+
+
+def test_an_input_that_is_not_utf8_fails_before_loading_and_keeps_the_output(tmp_path, nothing_loads, capsys):
+    # Issue 58's repro: a Latin-1 line used to truncate the existing output to 0 bytes once the model had loaded.
+    (tmp_path / "k.out").write_text("keep\n", encoding="utf-8")
+    (tmp_path / "l.txt").write_bytes(b"Ein Hund.\n" * 3000 + b"M\xe4dchen\n")  # far beyond the first window
+    argv = ["translate", "--model", DEFAULT_MODEL, "--input", f"{tmp_path}/l.txt", "--output", f"{tmp_path}/k.out"]
+    status, err = run_command(argv, capsys)
+    assert_refused_in_one_line(status, err, argv, "--input", "is not UTF-8: line 3001 has the byte b'\\xe4'")
+    assert "iconv -f latin1 -t utf-8" in err
+    assert (tmp_path / "k.out").read_text(encoding="utf-8") == "keep\n" and sorted(os.listdir(tmp_path)) == [
+        "k.out",
+        "l.txt",
+    ]
+
+
+def test_a_line_that_is_not_utf8_part_way_keeps_the_finished_windows(tiny_model, tmp_path, monkeypatch, capsys):
+    # Standard input cannot be read before the model loads: its lines are checked window by window.
+    (tmp_path / "out.de").write_text("keep\n", encoding="utf-8")
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"A dog.\nA cat.\nM\xe4dchen\nA man.\n")))
+    argv = ["translate", "--model", str(tiny_model), "--output", str(tmp_path / "out.de"), "--window", "1"]
+    status, err = run_command([*argv, "--device", "cpu", "--num_beams", "1", "--max_new_tokens", "4"], capsys)
+    assert_refused_in_one_line(status, err, argv, "--input standard input", "line 3 has the byte")
+    assert "the translations of the first 2 lines are in" in err and "the rest starts at line 3 of the input" in err
+    assert (tmp_path / "out.de").read_text(encoding="utf-8") == "keep\n"
+    assert len((tmp_path / "out.de.partial").read_text(encoding="utf-8").splitlines()) == 2
+
+
+@pytest.mark.parametrize("where", ["file", "stdin"])
+def test_an_empty_input_gives_an_empty_output_and_one_line(where, tiny_model, tmp_path, monkeypatch, capsys):
+    def no_loading(*args, **kwargs):
+        raise Loaded("an empty input needs no model")
+
+    monkeypatch.setattr("vanilla_transformer.translation.loading.load_model", no_loading)
+    (tmp_path / "empty.en").write_bytes(b"")
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"")))
+    given = ["--input", str(tmp_path / "empty.en")] if where == "file" else []
+    status, err = run_command(
+        ["translate", "--model", str(tiny_model), *given, "--output", f"{tmp_path}/e.de"], capsys
+    )
+    assert status == 0 and err.count("\n") == 1 and "is empty: nothing to translate; " in err, err
+    assert (tmp_path / "e.de").read_bytes() == b""
+
+
+def test_n_best_gives_distinct_translations(tmp_path, capsys):
+    # The shipped DE->EN model's beam holds this sentence's best translation twice (two token sequences, one text):
+    # `generate`'s 3 best were 2 texts; --n_best 3 gives 3 different ones, the best first, and --n_best 6 says in one
+    # line that its beam of 6 has fewer.
+    (tmp_path / "in.de").write_text("Ein Mann mit einem orangefarbenen Hut, der etwas anstarrt.\n", encoding="utf-8")
+
+    def n_best(count: int) -> list[tuple[float, str]]:
+        base = ["translate", "--model", "multi30k-de-en", "--input", f"{tmp_path}/in.de", "--device", "cpu"]
+        assert main([*base, "--output", f"{tmp_path}/out.en", "--n_best", str(count)]) == 0
+        rows = [line.split("\t") for line in (tmp_path / "out.en").read_text(encoding="utf-8").splitlines()]
+        assert {index for index, _, _ in rows} == {"0"}
+        return [(float(score), text) for _, score, text in rows]
+
+    assert main(["translate", "--model", "multi30k-de-en", "--input", f"{tmp_path}/in.de", "--output",
+                 f"{tmp_path}/best.en", "--device", "cpu"]) == 0  # fmt: skip
+    three = n_best(3)
+    assert len({text for _, text in three}) == 3 and [s for s, _ in three] == sorted(
+        (s for s, _ in three), reverse=True
+    )
+    assert three[0][1] == (tmp_path / "best.en").read_text(encoding="utf-8").strip()  # the same search
+    assert capsys.readouterr().err == ""
+    six = n_best(6)
+    assert len({text for _, text in six}) == len(six) < 6 and six[:3] == three
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--n_best 6: 1 of 1 sentences have fewer distinct translations" in err, err
+
+
+def test_a_blank_line_has_one_empty_hypothesis(tiny_model, source, tmp_path):
+    assert run_translate(tiny_model, source, tmp_path / "nbest.de", "--num_beams", "4", "--n_best", "4") == 0
+    rows = [line.split("\t") for line in (tmp_path / "nbest.de").read_text(encoding="utf-8").splitlines()]
+    assert [row for row in rows if row[0] in ("3", "17")] == [["3", "0.000000", ""], ["17", "0.000000", ""]]
 
 
 def test_all_or_nothing_leaves_the_output_as_it_was(tiny_model, source, tmp_path, monkeypatch, capsys):
@@ -240,14 +337,16 @@ def test_ctrl_c_in_a_process_keeps_the_finished_windows(tiny_model, source, tmp_
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     deadline = time.monotonic() + 120
+    partial = tmp_path / "part.de.partial"  # the output's name is given only to a complete output
     while time.monotonic() < deadline and process.poll() is None:  # until two windows are on disk
-        if output.exists() and output.read_bytes().count(b"\n") >= 10:
+        if partial.exists() and partial.read_bytes().count(b"\n") >= 10:
             break
         time.sleep(0.05)
     process.send_signal(signal.SIGINT)
     _, err = process.communicate(timeout=60)
     assert process.returncode == 130, err
-    written = output.read_text(encoding="utf-8").splitlines()
+    assert not output.exists()
+    written = partial.read_text(encoding="utf-8").splitlines()
     assert 10 <= len(written) < 2000 and len(written) % 5 == 0, len(written)  # whole windows only
     assert written == (full * 50)[: len(written)]
     assert f"interrupted; the translations of the first {len(written)} lines are in" in err

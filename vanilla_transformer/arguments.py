@@ -15,7 +15,9 @@ import argparse
 import contextlib
 import difflib
 import os
+import shutil
 import sys
+import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
@@ -146,6 +148,15 @@ def _split_text(stream) -> Iterator[str]:
         yield pending
 
 
+def not_utf8(what: str, line: int, byte: bytes) -> ValueError:
+    """The error for a file that is not UTF-8 at `line` (counting from 1): `what` names it (the flag and the file),
+    and the message says how to convert it."""
+    return ValueError(
+        f"{what} is not UTF-8: line {line} has the byte {byte!r}; convert the file to UTF-8 from its encoding, e.g. "
+        f"`iconv -f latin1 -t utf-8 FILE > FILE.utf8` for Latin-1."
+    )
+
+
 def _byte_lines(stream, name: str, option: str) -> Iterator[str]:
     # Binary files iterate on b"\n" only, and no byte of a multi-byte UTF-8 character is b"\n": line by line
     # decoding is the whole file's.
@@ -153,13 +164,37 @@ def _byte_lines(stream, name: str, option: str) -> Iterator[str]:
         try:
             line = data.decode("utf-8")
         except UnicodeDecodeError as error:
-            raise ValueError(
-                f"{option} {name} is not UTF-8 (line {number}: {error}): convert it, e.g. `iconv -t UTF-8`."
-            ) from None
+            raise not_utf8(f"{option} {name}", number, data[error.start : error.start + 1]) from None
         if number == 1 and line.startswith("\ufeff"):  # a byte-order mark is not part of the first sentence
             line = line[1:]
         line = line[:-1] if line.endswith("\n") else line
         yield line[:-1] if line.endswith("\r") else line
+
+
+def check_text(source: str, option: str = "--input") -> int | None:
+    """The number of lines of the file `source`, once every one is checked to be UTF-8 (a ValueError naming `option`,
+    the line and the conversion otherwise), read in blocks without keeping them: what `iter_lines` would find
+    part-way, found before anything is loaded. None for stdin ("-") or a pipe, which can be read only once: their
+    lines are checked as they are read."""
+    if source == "-" or not Path(source).is_file():
+        return None
+    count, rest = 0, b""
+    with open(source, "rb") as stream:
+        for block in iter(lambda: stream.read(1 << 20), b""):
+            data = rest + block
+            end = data.rfind(b"\n") + 1  # decoded up to a line end: a block boundary can split a character
+            _check_utf8(data[:end], source, option, count)
+            count, rest = count + data.count(b"\n", 0, end), data[end:]
+    _check_utf8(rest, source, option, count)
+    return count + (rest != b"")
+
+
+def _check_utf8(data: bytes, source: str, option: str, lines_before: int) -> None:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = lines_before + data.count(b"\n", 0, error.start) + 1
+        raise not_utf8(f"{option} {source}", line, data[error.start : error.start + 1]) from None
 
 
 def read_lines(source: str, option: str = "--input") -> list[str]:
@@ -167,23 +202,11 @@ def read_lines(source: str, option: str = "--input") -> list[str]:
     return list(iter_lines(source, option))
 
 
-def count_lines(source: str) -> int | None:
-    """The number of lines of the file `source` (a last line without "\\n" counts), read in blocks without keeping
-    them; None for stdin ("-") or a pipe, which can be read only once."""
-    if source == "-" or not Path(source).is_file():
-        return None
-    count, last = 0, b"\n"
-    with open(source, "rb") as stream:
-        for block in iter(lambda: stream.read(1 << 20), b""):
-            count += block.count(b"\n")
-            last = block[-1:]
-    return count + (last != b"\n")
-
-
 def check_output(target: str, option: str = "--output", *, source: str | None = None) -> None:
-    """ValueError naming `option` unless `target` is "-" (stdout) or a file that can be created: its directory
-    exists, it is not a directory, and it is not the input file `source` (writing would empty it before it is read).
-    Checked before anything is loaded, so that no work is lost to a wrong path at the end."""
+    """ValueError naming `option` unless `target` is "-" (stdout) or a file that can be written: its directory exists
+    and takes new files (tried with a file created and removed at once), it is not a directory, not a read-only file,
+    and not the input file `source` (writing would empty it before it is read). Checked before anything is loaded,
+    so that no work is lost to a wrong path at the end."""
     if target == "-":
         return
     path = Path(target)
@@ -195,6 +218,32 @@ def check_output(target: str, option: str = "--output", *, source: str | None = 
         raise ValueError(f"{option} {target!r}: the directory {str(path.parent)!r} does not exist; create it first.")
     if source not in (None, "-") and path.exists() and path.samefile(source):
         raise ValueError(f"{option} {target!r} is the input file: writing it would erase the sentences to translate.")
+    if path.exists() and not os.access(path, os.W_OK):
+        raise ValueError(f"{option} {target!r} is read-only: choose another file, or make it writable first.")
+    partial = partial_path(target)
+    if partial is None:  # /dev/null, a FIFO: written directly
+        return
+    try:
+        descriptor, probe = tempfile.mkstemp(dir=partial.parent, prefix=f".{partial.name}.")
+    except OSError as error:
+        raise ValueError(
+            f"{option} {target!r}: no file can be written in {str(partial.parent)!r} ({error.strerror}); name a "
+            f"file in a directory you can write to."
+        ) from None
+    os.close(descriptor)
+    os.unlink(probe)
+
+
+def partial_path(target: str) -> Path | None:
+    """Where `line_writer` writes the file `target` until it is complete: NAME.partial beside it (beside the file a
+    symbolic link names, so that the link stays); None for stdout ("-") and for what is not a regular file
+    (/dev/null, a FIFO), written directly."""
+    if target == "-":
+        return None
+    path = Path(os.path.realpath(target))
+    if path.exists() and not path.is_file():
+        return None
+    return path.with_name(f"{path.name}.partial")
 
 
 def _encode(lines: Iterable[str]) -> bytes:
@@ -222,18 +271,18 @@ def write_lines(target: str, lines: list[str]) -> None:
 
 
 @contextlib.contextmanager
-def line_writer(target: str, *, atomic: bool = False) -> Iterator[Callable[[Iterable[str]], None]]:
+def line_writer(target: str, *, keep_partial: bool = True) -> Iterator[Callable[[Iterable[str]], None]]:
     """A function that appends lines to `target` ("-" = stdout) as `write_lines` writes them, each call's lines
-    flushed at once: what was written stays written if the process stops. `atomic`: the lines go to a temporary
-    file beside `target` (`.NAME.partial`), renamed to `target` when the block ends without an error and removed
-    otherwise, so that `target` is either the complete output or as it was."""
+    flushed at once. A file is written as NAME.partial beside it (`partial_path`) and renamed to NAME when the block
+    ends without an error, with the mode of the file it replaces: NAME is only ever the complete output, or as it
+    was. On an error or Ctrl-C, NAME.partial keeps the lines written (removed with `keep_partial=False`). Standard
+    output, /dev/null or a FIFO are written directly."""
     check_output(target)
     if target == "-":
         yield lambda lines: _write_stdout(_encode(lines))
         return
-    path = Path(target)
-    written = path.with_name(f".{path.name}.partial") if atomic else path
-    with open(written, "wb") as stream:
+    partial = partial_path(target)
+    with open(partial or target, "wb") as stream:
 
         def write(lines: Iterable[str]) -> None:
             stream.write(_encode(lines))
@@ -242,12 +291,15 @@ def line_writer(target: str, *, atomic: bool = False) -> Iterator[Callable[[Iter
         try:
             yield write
         except BaseException:
-            if atomic:
+            if partial is not None and not keep_partial:
                 stream.close()
-                written.unlink(missing_ok=True)
+                partial.unlink(missing_ok=True)
             raise
-    if atomic:
-        os.replace(written, path)
+    if partial is not None:
+        final = partial.with_name(partial.name.removesuffix(".partial"))
+        if final.exists():
+            shutil.copymode(final, partial)
+        os.replace(partial, final)
 
 
 # ------------------------------------------------------------------------------------------------ model options
@@ -335,8 +387,8 @@ def add_decoding_options(
             type=integer,
             default=None,
             metavar="N",
-            help="write the N best hypotheses of each sentence (at most the beam size), one per line: the sentence's "
-            "index from 0, the score, the text, tab-separated",
+            help="write the N best distinct translations of each sentence (at most the beam size), one per line: the "
+            "sentence's index from 0, the score, the text, tab-separated; fewer where the beam holds fewer",
         )
     if sampling:
         group.add_argument(

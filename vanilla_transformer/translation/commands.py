@@ -12,6 +12,7 @@ functions import what they run.
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import sys
 from pathlib import Path
 
@@ -21,11 +22,12 @@ from ..arguments import (
     add_decoding_options,
     check_input,
     check_output,
-    count_lines,
+    check_text,
     decoding_options,
     integer,
     iter_lines,
     line_writer,
+    partial_path,
     positive_int,
 )
 from ..generation_vanilla_transformer import check_decoding
@@ -63,8 +65,8 @@ def add_translate_parser(commands) -> None:
     t.add_argument(
         "--all_or_nothing",
         action="store_true",
-        help="write --output FILE through .FILE.partial, renamed to FILE when every line is translated (default: "
-        "FILE is written window by window, and an interrupted run keeps what it translated)",
+        help="keep nothing of a run that stops part-way (default: --output FILE.partial keeps the lines it "
+        "translated; FILE itself is written only when every line is)",
     )
     t.add_argument("--batch_size", type=integer, default=32, metavar="N", help="sentences per batch (default 32)")
     t.add_argument(
@@ -105,9 +107,10 @@ def add_translate_parser(commands) -> None:
     t.set_defaults(func=cmd_translate, check=check_translate, command_parser=t)
 
 
-def check_translate(args) -> None:
+def check_translate(args) -> int | None:
     """The checks of `translate` that need only its options and the file system, run before torch is imported: the
-    model's location, the input file, the output's directory, the options of the other engine."""
+    model's location, the input file (every line UTF-8), the output (a file that can be written), the options of the
+    other engine. Returns the input file's number of lines (None for standard input or a pipe)."""
     decoding_options(args)  # the options alone first, then the files
     if args.engine == "ctranslate2":
         for option, value in (("--dtype", args.dtype), ("--revision", args.revision)):
@@ -130,18 +133,63 @@ def check_translate(args) -> None:
     check_output(args.output, source=args.input)
     if args.all_or_nothing and args.output == "-":
         raise ValueError("--all_or_nothing is for --output FILE: standard output is written as it goes.")
+    return check_text(args.input)  # the whole file, in blocks; standard input is checked as it is read
+
+
+def _input_lines(args):
+    """The input's lines, read lazily, or None for an empty input, which is then written (an empty --output) and
+    reported in one line. The first line is read here, before the model loads: standard input is waited for, and a
+    first line that is not UTF-8 fails before any loading."""
+    lines = iter_lines(args.input)
+    first = next(lines, None)
+    if first is not None:
+        return itertools.chain([first], lines)
+    with line_writer(args.output):
+        pass
+    source = "standard input" if args.input == "-" else f"--input {args.input}"
+    written = "" if args.output == "-" else f"; {args.output} is written, empty"
+    print(f"{PROG} translate: {source} is empty: nothing to translate{written}.", file=sys.stderr)
+    return None
+
+
+def _kept(args, done: int) -> str:
+    """Where a run that stopped part-way left the translations it finished, and where the rest starts."""
+    partial = partial_path(args.output)
+    if done == 0:
+        if partial is not None:
+            partial.unlink(missing_ok=True)
+        return (
+            f"no line was translated; {args.output} is left as it was"
+            if args.output != "-"
+            else "no line was translated"
+        )
+    rest = f"the rest starts at line {done + 1} of the input" + (
+        f" (`tail -n +{done + 1} {args.input}`)" if args.input != "-" else ""
+    )
+    if args.output == "-":
+        return f"the translations of the first {done} lines went to standard output; {rest}"
+    if partial is None:  # /dev/null, a FIFO: written directly
+        return f"the translations of the first {done} lines went to {args.output}; {rest}"
+    if args.all_or_nothing:
+        return f"{args.output} is left as it was, and nothing of this run is kept (--all_or_nothing)"
+    left = "is left as it was" if Path(args.output).exists() else "is not written"
+    return f"the translations of the first {done} lines are in {partial}, and {args.output} {left}; {rest}"
 
 
 def _write_translations(args, translated) -> int:
-    """Write each window of `translated` ((index of its first line, its translations), `translate_stream`'s) to
-    --output as it comes, flushed (through a temporary file with --all_or_nothing). Ctrl-C: what was written stays,
-    one line on stderr says how much, exit status 130."""
-    done = 0  # input lines whose translations are written
+    """Write each window of `translated` ((index of its first line, its translations), `translate_stream`'s) as it
+    comes, flushed: to --output FILE.partial, renamed to FILE once every line is written (`line_writer`), so that an
+    existing FILE is only ever replaced by a complete output. A run that stops part-way says in one line where the
+    finished lines are (FILE.partial, a prefix of the full output line for line) and where the rest starts: Ctrl-C
+    with exit status 130, a line of the input that is not UTF-8 as the error (exit status 2). With --n_best, one line
+    says how many sentences have fewer distinct translations than asked."""
+    done, fewer = 0, 0  # input lines whose translations are written; sentences with fewer than --n_best hypotheses
     try:
-        with line_writer(args.output, atomic=args.all_or_nothing) as write:
+        with line_writer(args.output, keep_partial=not args.all_or_nothing) as write:
             for start, translations in translated:
                 count = len(translations)
                 if args.n_best is not None:  # one line per hypothesis: index, score, text (fairseq-generate's H-)
+                    fewer += sum(len(hyps) < args.n_best and hyps != [(0.0, "")] for hyps in translations)  # not blank
                     translations = [
                         f"{start + i}\t{score:.6f}\t{text}"
                         for i, hyps in enumerate(translations)
@@ -150,13 +198,19 @@ def _write_translations(args, translated) -> int:
                 write(translations)
                 done = start + count
     except KeyboardInterrupt:
-        target = "standard output" if args.output == "-" else args.output
-        if args.all_or_nothing and args.output != "-":
-            kept = f"{target} is left as it was (--all_or_nothing)"
-        else:
-            kept = f"the translations of the first {done} lines are in {target}"
-        print(f"{PROG} translate: interrupted; {kept}", file=sys.stderr)
+        print(f"{PROG} translate: interrupted; {_kept(args, done)}.", file=sys.stderr)
         return 130
+    except ValueError as error:  # the input part-way: one line, the error and where the rest stopped
+        raise ValueError(f"{str(error).rstrip('.')}; {_kept(args, done)}.") from None
+    except BaseException:
+        print(f"{PROG} translate: stopped by the error below; {_kept(args, done)}.", file=sys.stderr)
+        raise
+    if fewer:
+        print(
+            f"{PROG} translate: --n_best {args.n_best}: {fewer} of {done} sentences have fewer distinct translations "
+            f"among the hypotheses searched: they have fewer lines (a larger --num_beams searches more).",
+            file=sys.stderr,
+        )
     return 0
 
 
@@ -164,7 +218,10 @@ def cmd_translate(args) -> int:
     options = decoding_options(args)
     if args.engine == "ctranslate2":
         return cmd_translate_ctranslate2(args, options)
-    check_translate(args)  # again, for a caller that did not run main: nothing here is loaded yet
+    total = check_translate(args)  # again, for a caller that did not run main: nothing here is loaded yet
+    lines = _input_lines(args)
+    if lines is None:
+        return 0
     from .loading import load_model, resolve_device
 
     device = resolve_device(args.device)
@@ -187,11 +244,11 @@ def cmd_translate(args) -> int:
     translated = translate_stream(
         model,
         tokenizer,
-        iter_lines(args.input),
+        lines,
         window=args.window,
         batch_size=args.batch_size,
         progress=sys.stderr.isatty() and not args.quiet,
-        total=count_lines(args.input),
+        total=total,
         n_best=args.n_best,
         **options,
     )
@@ -202,7 +259,7 @@ def cmd_translate_ctranslate2(args, options: dict) -> int:
     """`translate --engine ctranslate2`: the same input and output handling, decoding by CTranslate2."""
     from .ctranslate2 import CTranslate2Model, import_ctranslate2, translate_ctranslate2
 
-    check_translate(args)  # again, for a caller that did not run main: nothing here is loaded yet
+    total = check_translate(args)  # again, for a caller that did not run main: nothing here is loaded yet
     # CTranslate2 has beam search with the length ** alpha penalty and a length limit; what this engine reproduces of
     # `generate` is that (translation/ctranslate2.py), not n-best lists, sampling or the GNMT penalty.
     if options.get("length_penalty_form") == "gnmt":
@@ -218,6 +275,9 @@ def cmd_translate_ctranslate2(args, options: dict) -> int:
             f"--model {args.model!r} is not a directory: with --engine ctranslate2 pass the directory "
             f"written by `{PROG} export ctranslate2 MODEL OUTPUT_DIR`."
         )
+    lines = _input_lines(args)
+    if lines is None:
+        return 0
     try:
         ct2 = import_ctranslate2()
     except ImportError as error:
@@ -231,9 +291,9 @@ def cmd_translate_ctranslate2(args, options: dict) -> int:
     from .translate import windows
 
     def translated():  # window by window, as translate_stream does with the PyTorch model
-        total, progress = count_lines(args.input), sys.stderr.isatty() and not args.quiet
+        progress = sys.stderr.isatty() and not args.quiet
         with tqdm(total=total, desc="translate", unit="sent", disable=not progress) as bar:
-            for start, chunk in windows(iter_lines(args.input), args.window):
+            for start, chunk in windows(lines, args.window):
                 yield (
                     start,
                     translate_ctranslate2(

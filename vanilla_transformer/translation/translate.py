@@ -54,8 +54,9 @@ def translate(
     **generate_kwargs,
 ) -> list[str] | list[list[tuple[float, str]]]:
     """Translate `sentences` (one string each) and return one translation per sentence, in input order; with
-    `n_best=N`, for each sentence its N hypotheses as (score, text), best first (`hypothesis_scores` says which
-    score).
+    `n_best=N`, for each sentence its N best distinct translations as (score, text), best first (`hypothesis_scores`
+    says which score): beam search returns its whole beam and the first N different texts are kept, fewer where the
+    beam holds fewer (sampling: the distinct ones of N samples); an empty sentence has one, empty, with score 0.
 
     Sentences are sorted by tokenized length so that a batch holds sentences of similar length (little
     padding); the output order is the input order. Each sentence is translated without its leading and trailing
@@ -72,7 +73,10 @@ def translate(
     sampling = generate_kwargs.get("do_sample", model.generation_config.do_sample)
     beams = None if sampling else generate_kwargs.get("num_beams", model.generation_config.num_beams or 1)
     check_decoding(batch_size=batch_size, n_best=n_best, num_beams=beams)
-    results = [""] * len(sentences) if n_best is None else [[(0.0, "")] * n_best for _ in sentences]
+    results = [""] * len(sentences) if n_best is None else [[(0.0, "")] for _ in sentences]
+    # Beam search returns every hypothesis of its beam, the first `n_best` distinct texts kept: two token sequences
+    # can detokenize alike (another segmentation of a word), and n-best lists are read as different translations.
+    returned = None if n_best is None else (beams or n_best)
     limit = model.config.input_length_limit(tokenizer)
     # verbose=False: no "indexing errors" warning from the tokenizer for a long line; encode_sources warns once.
     encoded = encode_sources(sentences, lambda texts: tokenizer(texts, verbose=False)["input_ids"], limit, start)
@@ -97,7 +101,7 @@ def translate(
             out = model.generate(
                 input_ids=batch["input_ids"],
                 attention_mask=batch["attention_mask"],
-                num_return_sequences=n_best,
+                num_return_sequences=returned,
                 output_scores=True,
                 return_dict_in_generate=True,
                 **generate_kwargs,
@@ -105,12 +109,22 @@ def translate(
             texts = tokenizer.batch_decode(out.sequences, skip_special_tokens=True)
             scores = hypothesis_scores(model, out)
             for j, i in enumerate(chunk):
-                rows = range(j * n_best, (j + 1) * n_best)
-                results[i] = [(scores[r], texts[r].strip()) for r in rows]
+                rows = range(j * returned, (j + 1) * returned)
+                results[i] = distinct([(scores[r], texts[r].strip()) for r in rows], n_best)
         bar.update(len(chunk))
     if not shared_bar:
         bar.close()
     return results
+
+
+def distinct(hypotheses: list[tuple[float, str]], n: int) -> list[tuple[float, str]]:
+    """The first `n` hypotheses (score, text) whose texts differ, in their order (best first)."""
+    seen, kept = set(), []
+    for score, text in hypotheses:
+        if text not in seen and len(kept) < n:
+            seen.add(text)
+            kept.append((score, text))
+    return kept
 
 
 def windows(lines: Iterable[str], size: int) -> Iterator[tuple[int, list[str]]]:
