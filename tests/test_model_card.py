@@ -234,7 +234,7 @@ def _broken(**changes):
     [
         (_broken(src_lang=KeyError), "src_lang"),
         (_broken(tgt_lang="German"), "tgt_lang"),
-        (_broken(bleu={}), "bleu"),
+        (_broken(bleu=[]), "bleu"),
         (_broken(**{"bleu.test.score": "35"}), "score"),
         (_broken(**{"bleu.test.score": 135.0}), "score"),
         (_broken(**{"bleu.test.signature": KeyError}), "signature"),

@@ -165,3 +165,54 @@ def test_cooldown_is_restored_from_the_state_dict():
 def test_bad_cooldowns_are_refused(kwargs, match):
     with pytest.raises(ValueError, match=match):
         NoamLR(make_optimizer(), 32, 4, **kwargs)
+
+
+def test_a_warm_up_shortened_during_the_run_is_eq_3_with_the_new_one_from_the_next_update():
+    """As callbacks.WarmupFitter does after measuring the run's speed: warm-up 100 -> 10 after update 3, the factor
+    scaled to keep the peak. The three updates made keep their rates; from update 4 on the rates are eq. 3's with warm-up
+    10 and the new factor, exactly, and a resumed run keeps them (`state_dict`)."""
+    d_model, factor = 32, 0.7
+    scheduler = NoamLR(make_optimizer(), d_model, 100, factor=factor)
+    before = lrs_of_updates(scheduler, 3)
+    new_factor = factor * math.sqrt(10 / 100)
+    scheduler.set_warmup(10, new_factor)
+    assert scheduler.get_last_lr() == pytest.approx([paper(4, d_model, 10, new_factor)], rel=1e-12)
+    after = lrs_of_updates(scheduler, 20)
+    assert before == pytest.approx([paper(s, d_model, 100, factor) for s in (1, 2, 3)], rel=1e-12)
+    assert after == pytest.approx([paper(s, d_model, 10, new_factor) for s in range(4, 24)], rel=1e-12)
+    assert max(after) == pytest.approx(peak_learning_rate(d_model, 100, factor), rel=1e-12)  # the same peak
+    buffer = io.BytesIO()
+    torch.save({"optimizer": scheduler.optimizer.state_dict(), "scheduler": scheduler.state_dict()}, buffer)
+    buffer.seek(0)
+    saved = torch.load(buffer, weights_only=True)
+    optimizer = make_optimizer()
+    resumed = NoamLR(optimizer, d_model, 100, factor=factor)  # built from the recipe's values, then both states loaded
+    optimizer.load_state_dict(saved["optimizer"])
+    resumed.load_state_dict(saved["scheduler"])
+    assert (resumed.warmup_steps, resumed.factor) == (10, new_factor)
+    assert lrs_of_updates(resumed, 3) == pytest.approx([paper(s, d_model, 10, new_factor) for s in (24, 25, 26)])
+
+
+def test_a_warm_up_is_only_shortened_and_only_while_it_lasts():
+    scheduler = NoamLR(make_optimizer(), 32, 10)
+    with pytest.raises(ValueError, match="lengthen"):
+        scheduler.set_warmup(20, 1.0)
+    with pytest.raises(ValueError, match="warmup_steps"):
+        scheduler.set_warmup(0, 1.0)
+    lrs_of_updates(scheduler, 10)
+    with pytest.raises(ValueError, match="over"):
+        scheduler.set_warmup(5, 1.0)
+
+
+def test_a_planned_cool_down_can_be_dropped():
+    """A resumed timed run drops the cool-down its checkpoint's clock planned (callbacks.CooldownPlanner): from the
+    next update on, the paper's schedule again."""
+    d_model, warmup = 32, 4
+    scheduler = NoamLR(make_optimizer(), d_model, warmup, cooldown_start=5, cooldown_end=8)
+    lrs_of_updates(scheduler, 8)
+    assert scheduler.get_last_lr() == [0.0]
+    scheduler.set_cooldown(None, None)
+    assert (scheduler.cooldown_start, scheduler.cooldown_end) == (None, None)
+    assert lrs_of_updates(scheduler, 2) == pytest.approx([paper(s, d_model, warmup) for s in (9, 10)], rel=1e-12)
+    with pytest.raises(ValueError, match="go together|cooldown"):
+        scheduler.set_cooldown(12, None)

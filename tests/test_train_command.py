@@ -356,9 +356,11 @@ def test_without_config_the_recipe_is_the_multi30k_presets_less_their_data():
 
 @pytest.mark.parametrize("bf16, warmup", [("false", 1600), ("true", 800)], ids=["float32", "bf16"])
 def test_the_default_recipe_fits_its_warm_up_to_the_runs_budget(tmp_path, bf16, warmup):
-    """The recipe's warm-up is sized for its hour (float32 on a CPU: 1,600 of ~8,500 updates). A shorter time limit
-    shrinks it in proportion, a `--max_steps` budget caps it at a fifth; one given on the command line is kept; and
-    `--num_train_epochs` counts (the recipe's max_steps would end the epochs' run otherwise)."""
+    """The recipe's warm-up is sized for its hour (float32 on a CPU: 1,600 of ~8,500 updates). A `--max_steps` budget
+    caps it at a fifth; a time limit leaves it to the run, which fits it to the speed it measures (WarmupFitter:
+    tests/test_short_runs.py), unless the schedule cannot change during the run (`--lr_schedule trainer`: scaled by the
+    limit); one given on the command line is kept; and `--num_train_epochs` counts (the recipe's max_steps would end
+    the epochs' run otherwise)."""
 
     def parse(*options, train_pairs=None):
         argv = ["--output_dir", str(tmp_path / "run"), "--bf16", bf16, "--use_cpu", "true", *options]
@@ -369,16 +371,19 @@ def test_the_default_recipe_fits_its_warm_up_to_the_runs_budget(tmp_path, bf16, 
     assert training_args.recipe == {"config": "own_data_small", "default": True}
     assert (training_args.max_steps, run_args.max_train_minutes, training_args.warmup_steps) == (100_000, 60, warmup)
     assert training_args.warmup_fitted is None and run_args.average_last == 10
+    assert training_args.fit_warmup_to_speed == {"lr_factor": True}
     assert (training_args.eval_strategy, training_args.label_smoothing_factor) == ("steps", 0.2)
-    for options, fitted in (
-        (["--max_train_minutes", "10"], round(warmup / 6)),
-        (["--max_train_minutes", "120"], warmup),  # longer than the recipe's hour: its warm-up
-        (["--max_steps", "1000"], 200),
-        (["--max_train_minutes", "none", "--max_steps", "1000"], 200),
-        (["--max_train_minutes", "10", "--warmup_steps", "4000"], 4000),  # the command line's
+    for options, fitted, in_run in (
+        (["--max_train_minutes", "10"], warmup, True),  # the run fits it once it knows its speed
+        (["--max_train_minutes", "120"], warmup, True),
+        (["--max_steps", "1000"], 200, True),
+        (["--max_train_minutes", "none", "--max_steps", "1000"], 200, False),
+        (["--max_train_minutes", "10", "--warmup_steps", "4000"], 4000, False),  # the command line's
+        (["--max_train_minutes", "10", "--lr_schedule", "trainer", "--lr_cooldown", "0"], round(warmup / 6), False),
     ):
         training_args = parse(*options)[-1]
         assert training_args.warmup_steps == fitted, options
+        assert bool(training_args.fit_warmup_to_speed) == in_run, options
         if fitted in (warmup, 4000):
             assert training_args.warmup_fitted is None and training_args.lr_factor == 0.7
             continue
@@ -386,11 +391,9 @@ def test_the_default_recipe_fits_its_warm_up_to_the_runs_budget(tmp_path, bf16, 
         factor = training_args.lr_factor
         assert training_args.warmup_fitted == {"warmup_steps": [warmup, fitted], "lr_factor": [0.7, factor]}
         assert factor / fitted**0.5 == pytest.approx(0.7 / warmup**0.5, rel=1e-5)
-    training_args = parse("--max_train_minutes", "10", "--lr_factor", "1.0")[-1]  # the command line's factor
-    assert (training_args.lr_factor, training_args.warmup_fitted) == (
-        1.0,
-        {"warmup_steps": [warmup, round(warmup / 6)]},
-    )
+    training_args = parse("--max_steps", "1000", "--lr_factor", "1.0")[-1]  # the command line's factor
+    assert (training_args.lr_factor, training_args.warmup_fitted) == (1.0, {"warmup_steps": [warmup, 200]})
+    assert training_args.fit_warmup_to_speed == {"lr_factor": False}
     training_args = parse("--num_train_epochs", "5")[-1]
     assert (training_args.max_steps, training_args.num_train_epochs) == (-1, 5)
     assert parse("--num_train_epochs", "5", "--max_steps", "7")[-1].max_steps == 7
@@ -398,9 +401,9 @@ def test_the_default_recipe_fits_its_warm_up_to_the_runs_budget(tmp_path, bf16, 
     assert training_args.recipe == {"config": "own_data_large", "default": True}
     assert (training_args.label_smoothing_factor, model_args.dropout, training_args.subword_split) == (0.1, 0.1, 0.0)
     # A preset's own warm-up is fitted the same way, for a preset named with --recipe.
-    training_args = parse("--recipe", "multi30k_en_de_cpu", "--max_train_minutes", "30")[-1]
+    training_args = parse("--recipe", "multi30k_en_de_cpu", "--max_steps", "2000")[-1]
     assert training_args.recipe == {"config": "multi30k_en_de_cpu", "default": False}
-    assert training_args.warmup_steps == warmup // 2
+    assert training_args.warmup_steps == 400 and training_args.fit_warmup_to_speed
 
 
 def test_a_run_stopped_inside_its_warm_up_says_so_last_and_its_card_says_it_is_not_usable(

@@ -17,7 +17,7 @@ The results JSON (written by `vanilla-transformer train`, training/report.py; re
         "train_pairs": 29000,                  #   optional, number of training sentence pairs
         "description": "..."                   #   optional free text (preprocessing, filtering, ...)
       },
-      "bleu": {                                # required, one entry per evaluated split
+      "bleu": {                                # required, one entry per evaluated split ({}: none was scored)
         "test": {
           "score": 35.2,                       #   corpus BLEU in [0, 100], as sacreBLEU reports it
           "signature": "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0",
@@ -33,6 +33,8 @@ The results JSON (written by `vanilla-transformer train`, training/report.py; re
         "hyperparameters": {"learning_rate": 7e-4, "warmup_steps": 4000, ...}   # free key -> value
       },
       "plots": ["loss.png", "bleu.png"],      # optional; "bleu.png" (validation BLEU curve) goes into the card
+      "warnings": ["Not a usable model: ..."], # optional; the card opens with them (training/report.py)
+      "learning": {"could_have_learned": true, "line": "Could have learned: ..."},  # optional; shown without BLEU
       "checkpoint_averaging": {"num_checkpoints": 5, "checkpoints": ["checkpoint-9600", ...]},  # or null
       "decoding": {"num_beams": 4, "length_penalty": 0.6, "max_new_tokens": "source length + 50"},  # optional
       "tokenizer": {"type": "BPE", "vocab_size": 8000},   # optional
@@ -208,8 +210,11 @@ def load_results(results) -> dict:
         if not isinstance(value, str) or not re.fullmatch(r"[a-z]{2,3}", value):
             raise ValueError(f"`results[{key!r}]` must be an ISO 639 language code such as 'en', got {value!r}.")
     bleu = results.get("bleu")
-    if not isinstance(bleu, dict) or not bleu:
-        raise ValueError(f"`results['bleu']` must be a non-empty dict split -> {{score, signature}}, got {bleu!r}.")
+    if not isinstance(bleu, dict):
+        raise ValueError(
+            f"`results['bleu']` must be a dict split -> {{score, signature}} ({{}} when no split was scored), "
+            f"got {bleu!r}."
+        )
     for split, entry in bleu.items():
         score = entry.get("score") if isinstance(entry, dict) else None
         if isinstance(score, bool) or not isinstance(score, (int, float)) or not 0 <= score <= 100:
@@ -328,9 +333,9 @@ def render_model_card(
         pipeline_tag="translation",
         tags=[*TAGS, *tags],
         datasets=[dataset["hub_id"]] if dataset.get("hub_id") else None,
-        metrics=["bleu"],
+        metrics=["bleu"] if results["bleu"] else None,
         model_name=model_name,
-        eval_results=_eval_results(results, dataset),
+        eval_results=_eval_results(results, dataset) or None,
     )
     training = results.get("training") or {}
     src_name = LANGUAGE_NAMES.get(src, src)
@@ -360,7 +365,8 @@ def render_model_card(
         decoding=results.get("decoding") or {},
         tokenizer=results.get("tokenizer") or {},
         figure=results.get("attention_figure"),
-        not_usable=results.get("warnings"),  # why the run's model cannot translate (training/report.py, not_learned)
+        not_usable=results.get("warnings"),  # why the run's model cannot translate (training/report.py)
+        learning=results.get("learning") or {},  # whether it could have learned, said where no BLEU was measured
         shipped_name=shipped_name,
         shipping=results.get("shipping") or {},
     )

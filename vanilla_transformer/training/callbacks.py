@@ -1,5 +1,5 @@
-"""Callbacks of a timed run: the wall-clock limit, the learning-rate cool-down planned in the time left, and the
-progress bar that counts the limit. The Trainer's own limits are in steps or epochs; the paper's runs, and CPU runs
+"""Callbacks of a timed run: the wall-clock limit, the learning-rate warm-up fitted to the speed measured in the run,
+the cool-down planned in the time left, and the progress bar that counts the limit. The Trainer's own limits are in steps or epochs; the paper's runs, and CPU runs
 here, are sized in hours.
 
 The processes of a data-parallel run must act at the same step: one that stopped a step early would wait in the
@@ -12,6 +12,7 @@ from that shared reading, the same on every process.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable
 
@@ -20,6 +21,7 @@ from accelerate.utils import broadcast
 from tqdm.auto import tqdm
 from transformers import ProgressCallback, TrainerCallback
 
+from .options import warmup_for_speed
 from .schedule import NoamLR
 
 
@@ -29,12 +31,14 @@ logger = logging.getLogger(__name__)
 def _stop(args, control) -> None:
     control.should_training_stop = True
     control.should_save = True
+    control.should_log = True  # the loss since the last log: a run shorter than `logging_steps` has a curve's end too
     control.should_evaluate = args.eval_strategy != "no"
 
 
 class TimeLimit(TrainerCallback):
     """Ends training after `minutes` of wall-clock time, saving (and, when the run evaluates, evaluating) at that
-    step. `clock` returns seconds; the default is `time.monotonic`. `elapsed` is the training time as of the last
+    step; the first and the last update are logged, so that a run of fewer than `logging_steps` updates still has the
+    two ends of its loss curve. `clock` returns seconds; the default is `time.monotonic`. `elapsed` is the training time as of the last
     update, which `CooldownPlanner` and `TimeLimitProgressCallback` read (add them after this callback)."""
 
     def __init__(self, minutes: float, clock: Callable[[], float] = time.monotonic):
@@ -50,6 +54,8 @@ class TimeLimit(TrainerCallback):
         self.elapsed = 0.0
 
     def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step == 1:
+            control.should_log = True  # the curve's start (the loss before learning), as `logging_first_step` would
         elapsed = self.clock() - self.started
         if args.world_size > 1:  # the main process's clock, for all
             elapsed = broadcast(torch.tensor([elapsed], dtype=torch.float64, device=args.device), 0).item()
@@ -64,13 +70,82 @@ class TimeLimit(TrainerCallback):
         return control
 
 
+class WarmupFitter(TrainerCallback):
+    """Fits the warm-up of a time-limited run of the paper's schedule to the speed measured in the run: after its first
+    updates (update 1, the start-up, left out; then FIT_UPDATES updates, or fewer once they took FIT_SHARE of the
+    limit, at least 2), the warm-up becomes at most a fifth of the updates that speed projects into the limit
+    (`options.warmup_for_speed`), through `NoamLR.set_warmup`; with `scale_factor` (the command line did not set
+    `lr_factor`), the factor is scaled by sqrt(fitted / before) to keep the peak. `args.warmup_steps`, `args.lr_factor`
+    and `args.warmup_fitted` (results.json's record) follow. A resumed run is not fitted again: it keeps the warm-up of
+    its checkpoint's schedule (`options.keep_schedule_of_checkpoint`). Add it after the `TimeLimit`, whose reading
+    (the main process's) it uses, so that every process fits the same warm-up."""
+
+    FIT_UPDATES = 20
+    FIT_SHARE = 0.02
+
+    def __init__(self, limit: TimeLimit, scale_factor: bool = True):
+        self.limit = limit
+        self.scale_factor = scale_factor
+        self._mark = None  # (seconds, update) at the end of update 1, where the measurement starts; None: done
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self._mark = (0.0, 0) if state.global_step == 0 else None
+
+    def on_step_end(self, args, state, control, lr_scheduler=None, **kwargs):
+        if self._mark is None or not isinstance(lr_scheduler, NoamLR):
+            return control
+        step, elapsed = state.global_step, self.limit.elapsed
+        if step == 1:
+            self._mark = (elapsed, step)
+            return control
+        since, first = self._mark
+        measured, window = step - first, elapsed - since
+        if step >= lr_scheduler.warmup_steps:
+            self._mark = None  # the warm-up is over before the speed was measured: nothing left to fit
+            return control
+        if not (measured >= self.FIT_UPDATES or (measured >= 2 and window >= self.FIT_SHARE * self.limit.seconds)):
+            return control
+        self._mark = None
+        rate = measured / window if window > 0 else float("inf")
+        seconds_left = max(self.limit.seconds - elapsed, 0.0)
+        before, factor = lr_scheduler.warmup_steps, lr_scheduler.factor
+        warmup, expected = warmup_for_speed(before, step, rate, seconds_left, state.max_steps)
+        if warmup < before:
+            if self.scale_factor:
+                factor = round(factor * math.sqrt(warmup / before), 6)
+            lr_scheduler.set_warmup(warmup, factor)
+        record = args.warmup_fitted or {}
+        args.warmup_fitted = {
+            "warmup_steps": [record.get("warmup_steps", [before])[0], warmup],
+            "lr_factor": [record.get("lr_factor", [args.lr_factor])[0], factor],
+            "updates_per_second": round(rate, 3),
+            "measured_updates": [first + 1, step],
+            "expected_updates": expected,
+        }
+        args.warmup_steps, args.lr_factor = warmup, factor
+        logger.info(
+            "Warm-up fitted to this run's speed: %.2f updates/s over updates %d-%d, so about %s updates in the time "
+            "limit, and a warm-up of %s updates (at most a fifth of them; the recipe's: %s), lr_factor %g; "
+            "--warmup_steps sets it.",
+            rate,
+            first + 1,
+            step,
+            f"{expected:,}",
+            f"{warmup:,}",
+            f"{before:,}",
+            factor,
+        )
+        return control
+
+
 class CooldownPlanner(TrainerCallback):
     """With `lr_cooldown` (a fraction f of the run, VanillaTrainingArguments) and the paper's schedule in a run with a
     `TimeLimit`: once f of the time is left (and the schedule's own cool-down, planned from `max_steps`, has not
     started), the cool-down starts at the current update and ends at the update the run is expected to reach at the
     limit, from its updates per second over the stretch of the same length just before (evaluations included, which
     recur; the start-up excluded). The run then stops at that update or at the limit, whichever comes first. The plan
-    is part of the schedule's state (`scheduler.pt`): a resumed run keeps it.
+    is part of the schedule's state (`scheduler.pt`), but a resumed run has a time limit of its own: it drops the
+    plan of its checkpoint's run and plans one at its own end.
 
     A callback beside the `TimeLimit`, since the end is known only from its clock, which the Trainer's loop never
     reads; it changes the schedule only through the schedule's own interface, `NoamLR.set_cooldown`."""
@@ -79,8 +154,21 @@ class CooldownPlanner(TrainerCallback):
         self.limit = limit
         self._mark = None  # (seconds, update) when the window that measures the speed opened
 
-    def on_train_begin(self, args, state, control, **kwargs):
+    def on_train_begin(self, args, state, control, lr_scheduler=None, **kwargs):
         self._mark = None
+        planned = getattr(lr_scheduler, "cooldown_end", None)
+        if state.global_step and planned is not None and planned < state.max_steps:
+            # A resumed run: its checkpoint's cool-down was planned in the time limit of the run that wrote it (and
+            # may be over: the run would stop after one update). This run has a limit of its own and plans its
+            # cool-down at its end; until then the schedule is the paper's again.
+            logger.info(
+                "Resumed at update %d: the cool-down planned by the earlier run (updates %d-%d) is dropped; this "
+                "run plans its own in its time limit.",
+                state.global_step,
+                lr_scheduler.cooldown_start,
+                planned,
+            )
+            lr_scheduler.set_cooldown(None, None)
 
     def on_step_end(self, args, state, control, lr_scheduler=None, **kwargs):
         fraction = getattr(args, "lr_cooldown", 0.0)

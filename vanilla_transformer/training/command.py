@@ -143,7 +143,13 @@ def log_recipe(training_args, run_args: RunArguments, train_pairs: int) -> None:
             f"{LARGE_CORPUS:,}",
         )
     fitted = training_args.warmup_fitted
-    if fitted:
+    if fitted and "kept_from" in fitted:
+        logger.info(
+            "Resuming: the warm-up and lr_factor of %s's schedule are kept (%s), as the run that began it fitted them.",
+            fitted["kept_from"],
+            ", ".join(f"{name} {values[1]:g}" for name, values in fitted.items() if name != "kept_from"),
+        )
+    elif fitted:
         (warmup, to), factor = fitted["warmup_steps"], fitted.get("lr_factor")
         logger.info(
             "Warm-up fitted to this run's budget (--max_train_minutes %s, --max_steps %s): %s updates instead of the "
@@ -155,6 +161,13 @@ def log_recipe(training_args, run_args: RunArguments, train_pairs: int) -> None:
             f", with --lr_factor {factor[1]:g} instead of {factor[0]:g} for the same peak learning rate"
             if factor
             else "",
+        )
+    if training_args.fit_warmup_to_speed:
+        logger.info(
+            "Warm-up: %s updates until this run has measured its speed over its first updates, then at most a fifth "
+            "of the updates it will make in --max_train_minutes %s; --warmup_steps sets it.",
+            f"{training_args.warmup_steps:,}",
+            run_args.max_train_minutes,
         )
 
 
@@ -271,13 +284,18 @@ def tokenization_processes(requested: int | None, train_pairs: int) -> int:
 
 
 def build_trainer(model, tokenizer, tokenized, training_args, run_args: RunArguments):
-    """The trainer, with the time limit, its cool-down planner and its progress bar when the run is timed."""
+    """The trainer, with the time limit, the warm-up fitted to the run's speed, its cool-down planner and its progress
+    bar when the run is timed."""
     from transformers import DataCollatorForSeq2Seq, ProgressCallback
 
-    from .callbacks import CooldownPlanner, TimeLimit, TimeLimitProgressCallback
+    from .callbacks import CooldownPlanner, TimeLimit, TimeLimitProgressCallback, WarmupFitter
     from .trainer import VanillaTransformerTrainer
 
     limit = TimeLimit(run_args.max_train_minutes) if run_args.max_train_minutes else None
+    callbacks = [limit, CooldownPlanner(limit)] if limit else None
+    fit = training_args.fit_warmup_to_speed
+    if limit and fit:
+        callbacks.insert(1, WarmupFitter(limit, scale_factor=fit["lr_factor"]))
     trainer = VanillaTransformerTrainer(
         model=model,
         args=training_args,
@@ -288,7 +306,7 @@ def build_trainer(model, tokenizer, tokenized, training_args, run_args: RunArgum
         data_collator=DataCollatorForSeq2Seq(
             tokenizer, label_pad_token_id=-100, pad_to_multiple_of=training_args.pad_to_multiple_of
         ),
-        callbacks=[limit, CooldownPlanner(limit)] if limit else None,
+        callbacks=callbacks,
     )
     if limit and trainer.pop_callback(ProgressCallback):  # the progress bar counts the time limit, not max_steps
         trainer.add_callback(TimeLimitProgressCallback(limit))

@@ -52,8 +52,9 @@ logger = logging.getLogger(__name__)
 MODEL_PRESETS = tuple(PRESETS)  # --preset: the model sizes of the paper's Table 3, and the small one
 KEEP_CHECKPOINTS = ("averaged", "last", "all")  # --keep_checkpoints: see RunArguments
 LR_SCHEDULES = ("noam", "trainer")
-# The largest share of a `max_steps` budget that a warm-up the command line did not set takes (`fit_warmup`): about
-# the Multi30k presets' share of their hour (docs/training.md, "A warm-up fitted to the budget").
+# The largest share of a run's updates that a warm-up the command line did not set takes: of a `max_steps` budget
+# (`fit_warmup`), or of the updates a time-limited run is measured to make in its limit (`warmup_for_speed`): about the
+# Multi30k presets' share of their hour (docs/training.md, "A warm-up fitted to the run").
 WARMUP_SHARE = 0.2
 
 
@@ -74,6 +75,22 @@ def fit_warmup(warmup: float, minutes: float | None, preset_minutes: float | Non
     if max_steps > 0:
         fitted = min(fitted, WARMUP_SHARE * max_steps)
     return max(1, round(fitted))
+
+
+def warmup_for_speed(
+    warmup: int, done: int, updates_per_second: float, seconds_left: float, max_steps: int
+) -> tuple[int, int]:
+    """(warm-up, expected updates) of a time-limited run once it has measured its speed (`callbacks.WarmupFitter`):
+    the run will make `done` updates plus `updates_per_second` over `seconds_left` (no more than `max_steps`, when
+    positive), and its warm-up is at most WARMUP_SHARE of them, never longer than `warmup`, its recipe's (at least 1).
+
+    Why measured: a recipe's warm-up is sized for its hour on the machine it was chosen on (800 of ~6,000 bfloat16
+    updates). Scaled to a shorter limit at that machine's speed, it swallowed a 4-minute run on a busy 2-core CPU
+    (40 updates inside a warm-up of 53); fitted to the run's own speed, it is a fifth of them (8)."""
+    expected = done + updates_per_second * seconds_left
+    if max_steps > 0:
+        expected = min(expected, max_steps)
+    return max(1, min(warmup, round(WARMUP_SHARE * expected))), round(expected)
 
 
 def check_positive_int(name: str, value, *, allow_none: bool = False, allow_zero: bool = False) -> None:
@@ -637,18 +654,53 @@ def parse_args(argv: list[str] | None = None, train_pairs: int | None = None):
     training_args.preset_cpu_float32 = cpu_float32 or None
     # Which recipe, and why: results.json records it, and `train` chooses again by corpus size once the data is read.
     training_args.recipe = {"config": config, "default": "recipe" not in given}  # results.json's key: "config"
-    training_args.warmup_fitted = None
-    if "warmup_steps" not in given:
-        fit_warmup_of(training_args, run_args, preset, lr_factor_given="lr_factor" in given)
     parsed = (model_args, data_args, tok_args, run_args, training_args)
     check_combination(set(given) | set(preset) | set(cpu_float32), *parsed)
+    training_args.warmup_fitted = None
+    # {"lr_factor": whether to scale it} when `callbacks.WarmupFitter` fits the warm-up to the run's speed, else None.
+    training_args.fit_warmup_to_speed = None
+    if training_args.resume_from_checkpoint:
+        keep_schedule_of_checkpoint(training_args, given)
+    elif "warmup_steps" not in given:
+        fit_warmup_of(training_args, run_args, preset, lr_factor_given="lr_factor" in given)
     return parsed
 
 
+def keep_schedule_of_checkpoint(training_args, given) -> None:
+    """A resumed run keeps the warm-up and lr_factor its checkpoint's schedule has (`scheduler.pt`), those the
+    command line does not set: fitted to the budget or the speed of the run that began it, they would be fitted
+    otherwise now, and the trainer refuses a checkpoint whose schedule differs from the arguments."""
+    from ..checkpoints import last_checkpoint
+
+    checkpoint = training_args.resume_from_checkpoint
+    if checkpoint is True:
+        checkpoint = last_checkpoint(training_args.output_dir)
+    path = Path(checkpoint or "") / "scheduler.pt"
+    if training_args.lr_schedule != "noam" or not path.is_file():
+        return  # a stock schedule, or no schedule saved: the trainer says what is wrong
+    saved = torch.load(path, map_location="cpu", weights_only=True)  # numbers only
+    if "factor" not in saved:
+        return  # saved by a stock Trainer schedule: the trainer refuses it for `lr_schedule` noam
+    kept = {}
+    for name, key in (("warmup_steps", "warmup_steps"), ("lr_factor", "factor")):
+        if name not in given and getattr(training_args, name) != saved[key]:
+            kept[name] = [getattr(training_args, name), saved[key]]
+            setattr(training_args, name, saved[key])
+    if kept:
+        training_args.warmup_fitted = {**kept, "kept_from": Path(checkpoint).name}
+
+
 def fit_warmup_of(training_args, run_args, preset: dict, lr_factor_given: bool) -> None:
-    """`fit_warmup` applied to the arguments, and recorded in `training_args.warmup_fitted`."""
+    """`fit_warmup` applied to the arguments, and recorded in `training_args.warmup_fitted`. A time-limited run of the
+    paper's schedule keeps its recipe's warm-up (capped by `max_steps`) until it has measured its speed: then
+    `callbacks.WarmupFitter` fits it (`warmup_for_speed`); other schedules cannot change during the run, and scale
+    it by the time limit."""
     warmup = training_args.warmup_steps
-    fitted = fit_warmup(warmup, run_args.max_train_minutes, preset.get("max_train_minutes"), training_args.max_steps)
+    minutes = run_args.max_train_minutes
+    if minutes and training_args.lr_schedule == "noam" and warmup >= 1:
+        training_args.fit_warmup_to_speed = {"lr_factor": not lr_factor_given}
+        minutes = None
+    fitted = fit_warmup(warmup, minutes, preset.get("max_train_minutes"), training_args.max_steps)
     if fitted != warmup:
         training_args.warmup_steps = fitted
         training_args.warmup_fitted = {"warmup_steps": [warmup, fitted]}

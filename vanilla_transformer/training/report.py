@@ -2,9 +2,10 @@
 
 After training, the final model is loaded as a user loads it and scored on the test split (the split is translated
 once per run, never used to choose); the average of the last checkpoints (section 6.1) is written to
-`OUTPUT_DIR/averaged` and scored the same way; then plots, each model's attention figure, `results.json` and the
-model card, the final push to the Hub, and last the checkpoints that `--keep_checkpoints` does not keep are deleted.
-Each directory describes its own weights.
+`OUTPUT_DIR/averaged` and scored the same way; then plots, each model's attention figure, whether it could have
+learned (`learning_verdict`), `results.json` and the model card, the final push to the Hub, and last the checkpoints
+that `--keep_checkpoints` does not keep are deleted. Each directory describes its own weights; a run without a test
+split writes them all the same, without test BLEU.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import transformers
 from ..checkpoints import last_complete_checkpoints, prune_checkpoints
 from ..evaluation.bleu import compute_bleu_with_lowercase
 from ..hub.model_card import local_dataset_name, write_attention_figure, write_model_card
+from ..loss_vanilla_transformer import label_smoothed_cross_entropy
 from ..modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from ..translation.precision import cpu_bfloat16_units, cpu_model_name
 from ..translation.translate import translate
@@ -45,19 +47,26 @@ def write_report(trainer, tokenizer, raw, train_split, options, train_result, tr
     final_model = VanillaTransformerForConditionalGeneration.from_pretrained(out_dir).to(trainer.model.device)
     results = collect_results(trainer, tokenizer, train_split, model_args, data_args, train_result, train_seconds)
     averaged = None  # (results, model) of the average of the last checkpoints
-    if data_args.test_split:
-        results["bleu"]["test"] = score_test_split(final_model, tokenizer, raw["test"], data_args, run_args, out_dir)
-        if run_args.average_last:
-            averaged = score_average(trainer, tokenizer, raw["test"], data_args, run_args, results)
-    if run_args.plots:
-        cards = [(results, final_model, out_dir)]
-        if averaged is not None:
-            cards.append((averaged[0], averaged[1], out_dir / "averaged"))
-        draw_figures(trainer.state.log_history, cards, tokenizer, raw["validation"][0]["source"], data_args)
-    # A model that cannot have learned says so, in its results.json and its card (see `not_learned`).
-    results["warnings"] = not_learned(trainer, results["bleu"].get("test"))
+    test = raw["test"] if data_args.test_split else None
+    if test is not None:
+        results["bleu"]["test"] = score_test_split(final_model, tokenizer, test, data_args, run_args, out_dir)
+    if run_args.average_last:
+        averaged = score_average(trainer, tokenizer, test, data_args, run_args, results)
+    cards = [(results, final_model, out_dir)]
     if averaged is not None:
-        averaged[0]["warnings"] = not_learned(trainer, averaged[0]["bleu"].get("test"))
+        cards.append((averaged[0], averaged[1], out_dir / "averaged"))
+    if run_args.plots:
+        draw_figures(trainer.state.log_history, cards, tokenizer, raw["validation"][0]["source"], data_args)
+    # Whether each model could have learned, said in its results.json and its card (see `learning_verdict`); without
+    # any BLEU, from its validation loss against that of the target's word frequencies alone.
+    unigram = None if any(card[0]["bleu"] for card in cards) else unigram_nll(train_split, trainer.eval_dataset)
+    for card_results, card_model, _ in cards:
+        nll = None if unigram is None else validation_nll(card_model, trainer)
+        learned, line = learning_verdict(trainer, card_results["bleu"].get("test"), nll, unigram)
+        card_results["warnings"] = [] if learned else [line]
+        card_results["learning"] = {"could_have_learned": learned, "line": line}
+        if nll is not None:
+            card_results["learning"].update(validation_nll=round(nll, 4), unigram_nll=round(unigram, 4))
     config, args = trainer.model.config, trainer.args
     write_results_and_card(out_dir, config, results, args.hub_model_id)
     if averaged is not None:
@@ -75,15 +84,19 @@ def write_report(trainer, tokenizer, raw, train_split, options, train_result, tr
             token=args.hub_token,
         )
     keep_checkpoints(out_dir, run_args, trainer)
-    for line in results["warnings"]:  # the run's last word, where a person reading the log looks
-        logger.warning(line)
+    # The run's last word, where a person reading the log looks: whether its model could have learned.
+    logger.log(
+        logging.INFO if results["learning"]["could_have_learned"] else logging.WARNING, results["learning"]["line"]
+    )
     return results
 
 
-def not_learned(trainer, test_bleu: dict | None) -> list[str]:
-    """[one plain line] when the run's model cannot have learned to translate, else []: the run stopped inside its
-    learning-rate warm-up (the rate never reached its peak), or a BLEU it measured at its end is below MIN_BLEU (the
-    last validation BLEU of the run, the model's test BLEU). The line says what happened and which flag fixes it.
+def learning_verdict(trainer, test_bleu: dict | None, nll: float | None = None, unigram: float | None = None):
+    """(could have learned, one plain line saying so). Not when the run stopped inside its learning-rate warm-up (the
+    rate never reached its peak), or a BLEU it measured at its end is below MIN_BLEU (the last validation BLEU of the
+    run, the model's test BLEU), or, when it measured no BLEU at all (no evaluation, no test split), its validation
+    loss `nll` (per target token) is not below `unigram`, that of the target's word frequencies alone (`unigram_nll`):
+    it has not learned to read the source or what it has written. A line that says not also says which flag fixes it.
 
     Why MIN_BLEU = 1: BLEU (the paper's measure, section 6.1) is the geometric mean of the 1- to 4-gram precisions, so
     below 1 hardly any 3- and 4-grams of the references appear in the output: repetitions of frequent words, not
@@ -96,9 +109,13 @@ def not_learned(trainer, test_bleu: dict | None) -> list[str]:
     if warmup is None:
         warmup = args.get_warmup_steps(state.max_steps)
     if any(isinstance(c, TimeLimit) for c in trainer.callback_handler.callbacks) and steps < state.max_steps:
-        budget = "--max_train_minutes"
+        # Taken as printed, it is accepted: a resumed run keeps its checkpoint's warm-up, and plans a new cool-down.
+        longer = (
+            "train longer: the same command with --resume_from_checkpoint true continues it for another "
+            "--max_train_minutes, with the same warm-up"
+        )
     else:
-        budget = "--max_steps" if args.max_steps > 0 else "--num_train_epochs"
+        longer = f"train longer with {'--max_steps' if args.max_steps > 0 else '--num_train_epochs'}"
     evaluations = [h["eval_bleu"] for h in state.log_history if "eval_bleu" in h]
     measured = [(f"validation BLEU {evaluations[-1]:.2f}", evaluations[-1])] if evaluations else []
     if test_bleu:
@@ -106,18 +123,62 @@ def not_learned(trainer, test_bleu: dict | None) -> list[str]:
     low = [text for text, score in measured if score < MIN_BLEU]
     if steps < warmup:
         scores = f" ({', '.join(text for text, _ in measured)})" if measured else ""
-        return [
+        return False, (
             f"Not a usable model: training stopped after {steps:,} updates, inside its learning-rate warm-up of "
-            f"{warmup:,} updates, so it cannot have learned to translate{scores}; train longer with {budget}, or "
-            f"shorten the warm-up with --warmup_steps."
-        ]
+            f"{warmup:,} updates, so it cannot have learned to translate{scores}; {longer}, or start again "
+            f"(--overwrite_output_dir) with a shorter --warmup_steps."
+        )
     if low:
-        return [
+        return False, (
             f"Not a usable model: after {steps:,} updates its {' and '.join(low)} (below {MIN_BLEU:g}: it does not "
-            f"translate); train longer with {budget}, and check that --src_lang/--tgt_lang (or "
+            f"translate); {longer}, and check that --src_lang/--tgt_lang (or "
             f"--src_column/--tgt_column) name each sentence and its translation."
-        ]
-    return []
+        )
+    past = f"after {steps:,} updates, past its learning-rate warm-up of {warmup:,}"
+    if measured:
+        return True, f"Could have learned: {past}, {' and '.join(text for text, _ in measured)}."
+    if nll is None:  # not measured (a caller without the validation split)
+        return True, f"Could have learned: {past}; no BLEU or loss was measured."
+    loss = f"its validation loss of {nll:.2f} per target token, against {unigram:.2f} for word frequencies alone"
+    if nll >= unigram:
+        return False, (
+            f"Not a usable model: {past}, {loss}: it has not learned to use the source; {longer}, and check that "
+            f"--src_lang/--tgt_lang (or --src_column/--tgt_column) name each sentence and its translation."
+        )
+    return True, (
+        f"Could have learned: {past}, {loss}; no BLEU was measured (no evaluation, no test split), so whether it "
+        f"translates is not known: --test_split, or `vanilla-transformer score` on its translations, tells."
+    )
+
+
+def unigram_nll(train_split, validation) -> float:
+    """The validation loss (NLL per target token) of a model that predicts each target token from the training
+    targets' token frequencies alone (add-one smoothed), whatever the source and the tokens before: the bar a model
+    that has learned anything more clears. Over the same tokens as the model's loss (the labels, `</s>` included)."""
+
+    def tokens(split) -> torch.Tensor:
+        labels = split.with_format("arrow").select_columns(["labels"])[:].column("labels").combine_chunks()
+        return torch.from_numpy(labels.values.to_numpy(zero_copy_only=False).astype("int64"))
+
+    train, held_out = tokens(train_split), tokens(validation)
+    counts = 1 + torch.bincount(train, minlength=1 + int(max(train.max(), held_out.max()))).double()
+    return -float((counts[held_out].log() - counts.sum().log()).mean())
+
+
+def validation_nll(model, trainer) -> float:
+    """NLL per target token of `model` on the run's validation split, by teacher forcing (no decoding: seconds)."""
+    sums = torch.zeros(2, dtype=torch.float64)
+    model.eval()
+    with torch.no_grad():
+        for batch in trainer.get_eval_dataloader():
+            labels = batch.pop("labels").to(model.device)
+            batch.pop("decoder_input_ids", None)
+            decoder_input_ids = model.prepare_decoder_input_ids_from_labels(labels)
+            inputs = {k: v.to(model.device) for k, v in batch.items()}
+            logits = model(**inputs, decoder_input_ids=decoder_input_ids, use_cache=False).logits
+            _, nll, tokens = label_smoothed_cross_entropy(logits, labels)
+            sums += torch.stack([nll.double().cpu(), tokens.double().cpu()])
+    return float(sums[0] / sums[1].clamp(min=1))
 
 
 def keep_checkpoints(out_dir: Path, run_args: RunArguments, trainer) -> None:
@@ -148,18 +209,21 @@ def keep_checkpoints(out_dir: Path, run_args: RunArguments, trainer) -> None:
 
 def score_average(trainer, tokenizer, test, data_args, run_args, results: dict):
     """(results, model) of the average of the last `average_last` checkpoints (only those written during the
-    learning-rate cool-down, when the run had one: see `average_last_checkpoints`), scored on the test split; the
-    final model's `results` gain an `averaged_model` entry. None without such checkpoints."""
+    learning-rate cool-down, when the run had one: see `average_last_checkpoints`), scored on the test split when
+    there is one (`test`, else None); the final model's `results` gain an `averaged_model` entry. None without such
+    checkpoints."""
     out_dir = Path(trainer.args.output_dir)
     after = getattr(trainer.lr_scheduler, "cooldown_start", None)
     averaged = average_last_checkpoints(out_dir, run_args.average_last, tokenizer, trainer.model.device, after=after)
     if averaged is None:
         return None
     model, names = averaged
-    bleu = score_test_split(model, tokenizer, test, data_args, run_args, out_dir / "averaged")
+    bleu = (
+        None if test is None else score_test_split(model, tokenizer, test, data_args, run_args, out_dir / "averaged")
+    )
     averaged_results = {
         **results,
-        "bleu": {"test": bleu},
+        "bleu": {} if bleu is None else {"test": bleu},
         "checkpoint_averaging": {"num_checkpoints": len(names), "checkpoints": names, "after": after},
     }
     results["averaged_model"] = {"path": "averaged", "num_checkpoints": len(names), "bleu_test": bleu}
@@ -364,6 +428,5 @@ def average_last_checkpoints(out_dir: Path, k: int, tokenizer, device, after: in
 def write_results_and_card(directory: Path, config, results: dict, repo_id: str | None) -> None:
     (directory / "results.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
     logger.info("Results written to %s", directory / "results.json")
-    # The local card is the one the Hub gets (the Trainer's generic card is replaced); it needs test results.
-    if results["bleu"]:
-        write_model_card(directory, config, results, repo_id=repo_id)
+    # The local card is the one the Hub gets (the Trainer's generic card is replaced).
+    write_model_card(directory, config, results, repo_id=repo_id)

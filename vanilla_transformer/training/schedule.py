@@ -27,8 +27,15 @@ value at update `start` and then falls linearly to zero at update `end + 1`, so 
 time-limited run learns its `end` only during training (`callbacks.CooldownPlanner` estimates it from the recent
 updates per second), hence `set_cooldown` as well as the constructor arguments.
 
-The scheduler's state is the step counter and the cool-down's two update numbers, so `state_dict` /
-`load_state_dict` (the Trainer's `scheduler.pt`) restore it exactly.
+A warm-up fitted during the run (`set_warmup`). A time-limited run knows how many updates it will make only once it
+has measured its speed (`callbacks.WarmupFitter`, after its first updates): it starts with its recipe's warm-up and
+may then shorten it, keeping the peak (`factor` scaled by sqrt(new / old)). From the next update on the schedule is
+eq. 3 with the new warm-up and factor, exactly; the updates already made keep the rates they had (lower ones: a
+shorter warm-up with the same peak ramps faster).
+
+The scheduler's state is the step counter, the warm-up and factor, and the cool-down's two update numbers, so
+`state_dict` / `load_state_dict` (the Trainer's `scheduler.pt`) restore it exactly: a resumed run keeps the warm-up it
+began with.
 """
 
 from __future__ import annotations
@@ -120,16 +127,37 @@ class NoamLR(LRScheduler):
                 f"The cool-down must end after it starts: `cooldown_start`={start}, `cooldown_end`={end}."
             )
 
-    def set_cooldown(self, start: int, end: int) -> None:
+    def set_cooldown(self, start: int | None, end: int | None) -> None:
         """(Re)plan the cool-down: hold `lrate(start)` after update `start`, reach zero after update `end` (see the
-        module docstring). The one way the schedule changes during a run, called between updates by whoever learns
-        the end then (`callbacks.CooldownPlanner`, from the time limit's clock). `start` may not lie before the update
-        about to run, whose learning rate is set now: the schedule never rewrites what already happened. The plan is
-        part of `state_dict`, so a resumed run keeps it."""
-        self._check_cooldown(start, end)
-        if start < self.last_epoch:
-            raise ValueError(f"`cooldown_start`={start} lies in the past: {self.last_epoch} updates are already done.")
+        module docstring); None and None: no cool-down (a resumed timed run drops the one its checkpoint's clock
+        planned). Called between updates by whoever learns the end then (`callbacks.CooldownPlanner`, from the time
+        limit's clock). `start` may not lie before the update about to run, whose learning rate is set now: the
+        schedule never rewrites what already happened. The plan is part of `state_dict`, so a resumed run keeps it."""
+        if start is not None or end is not None:
+            self._check_cooldown(start, end)
+            if start < self.last_epoch:
+                raise ValueError(
+                    f"`cooldown_start`={start} lies in the past: {self.last_epoch} updates are already done."
+                )
         self.cooldown_start, self.cooldown_end = start, end
+        self._set_next_lr()
+
+    def set_warmup(self, warmup_steps: int, factor: float) -> None:
+        """Shorten the warm-up to `warmup_steps`, with `factor` (the caller keeps the peak: `callbacks.WarmupFitter`),
+        from the update about to run on; the updates made keep their rates. Refused once the warm-up has ended (the
+        decay would jump) or to lengthen it (the rate would fall back). Part of `state_dict`, so a resumed run keeps
+        it."""
+        if isinstance(warmup_steps, bool) or not isinstance(warmup_steps, int) or warmup_steps < 1:
+            raise ValueError(f"`warmup_steps` must be an integer >= 1, got {warmup_steps!r}.")
+        _check_positive("factor", factor, integer=False)
+        if warmup_steps > self.warmup_steps:
+            raise ValueError(f"`warmup_steps`={warmup_steps} would lengthen the warm-up of {self.warmup_steps}.")
+        if self.last_epoch >= self.warmup_steps:
+            raise ValueError(f"The warm-up of {self.warmup_steps} updates is over: {self.last_epoch} are done.")
+        self.warmup_steps, self.factor = warmup_steps, float(factor)
+        self._set_next_lr()
+
+    def _set_next_lr(self) -> None:
         for group, lr in zip(self.optimizer.param_groups, self.get_lr()):
             group["lr"] = lr
 

@@ -1,0 +1,164 @@
+"""Short time-limited runs (issue 58): the warm-up is fitted to the speed measured in the run, a resumed run keeps it
+(so that "train longer" is accepted as printed), and a run without evaluation or test split still writes its card,
+plots and averaged model, and says whether it could have learned."""
+
+import itertools
+import json
+import logging
+import random
+from pathlib import Path
+
+import pytest
+from helpers import tiny_options
+
+from vanilla_transformer.training import callbacks
+from vanilla_transformer.training import command as train
+from vanilla_transformer.training.options import warmup_for_speed
+from vanilla_transformer.training.report import learning_verdict
+
+
+@pytest.mark.parametrize(
+    "done, per_second, seconds_left, max_steps, expected, warmup",
+    [
+        (3, 1 / 6, 222, 100_000, 40, 8),  # the issue's busy 2-core CPU: 40 updates in 4 minutes, a fifth of them
+        (21, 1.6, 3587, 100_000, 5_760, 800),  # the bf16 hour on the recipe's machine: the recipe's 800 stays
+        (21, 1.6, 227, 100_000, 384, 77),  # 4 minutes there
+        (21, 1.6, 3587, 30, 30, 6),  # a --max_steps ceiling below the time limit's updates
+        (2, 0.0, 100, 100_000, 2, 1),  # at least one update
+    ],
+)
+def test_the_warm_up_is_a_fifth_of_the_updates_the_measured_speed_gives_at_most_the_recipes(
+    done, per_second, seconds_left, max_steps, expected, warmup
+):
+    assert warmup_for_speed(800, done, per_second, seconds_left, max_steps) == (warmup, expected)
+
+
+# A toy language pair: each source word has one target word, in the same order. Written into the test's directory
+# (tests read nothing outside the repository).
+WORDS = {f"w{i}": f"v{i}" for i in range(40)}
+
+
+def _write_tables(directory: Path, sizes: dict[str, int]) -> Path:
+    directory.mkdir()
+    rng = random.Random(0)
+    for split, n in sizes.items():
+        rows = ["english\tgerman"]
+        for _ in range(n):
+            words = rng.choices(list(WORDS), k=rng.randint(3, 8))
+            rows.append(" ".join(words) + "\t" + " ".join(WORDS[w] for w in words))
+        (directory / f"{split}.tsv").write_text("\n".join(rows) + "\n", "utf-8")
+    return directory
+
+
+class SlowTimeLimit(callbacks.TimeLimit):
+    """A TimeLimit whose clock advances 3 seconds per reading: one update takes 3 s, a 1-minute limit holds 20."""
+
+    def __init__(self, minutes):
+        super().__init__(minutes, clock=itertools.count(0, 3).__next__)
+
+
+def test_a_short_run_fits_its_warm_up_to_its_speed_and_writes_everything_without_evaluation_or_test_split(
+    tmp_path, monkeypatch, caplog
+):
+    """The README's own-data command on a 1-minute limit whose updates take 3 s each (a slow machine: 20 updates),
+    without evaluation and without a test split. The warm-up, the recipe's 800 updates until the speed is measured
+    after update 3, becomes a fifth of the 20 updates it measures (4), with the lr_factor that keeps the peak; the run
+    ends past it and writes its model card, plots, averaged model and results.json, whose verdict (could it have
+    learned, from its validation loss since no BLEU was measured) is also its last log line. Then "train longer" as
+    the verdict prints it (the same command with --resume_from_checkpoint true) is accepted: the resumed run keeps the
+    warm-up, drops the cool-down the first run planned, makes 20 more updates and plans its own."""
+    monkeypatch.setattr(callbacks, "TimeLimit", SlowTimeLimit)
+    monkeypatch.chdir(tmp_path)
+    data = _write_tables(tmp_path / "toy", {"train": 300, "dev": 20})
+    argv = [
+        *("--dataset", str(data), "--src_lang", "en", "--tgt_lang", "de", "--src_column", "english"),
+        *("--tgt_column", "german", "--train_split", "train", "--validation_split", "dev", "--test_split", ""),
+        *("--output_dir", "run", "--max_train_minutes", "1", "--eval_strategy", "no"),
+        *tiny_options(vocab_size=300),
+        *("--max_tokens", "256", "--save_steps", "2", "--logging_steps", "2", "--report_to", "none"),
+        *("--average_last", "3", "--num_beams", "2"),
+    ]
+    with caplog.at_level(logging.INFO):
+        results = train.train(argv)
+    run = tmp_path / "run"
+    training = results["training"]
+    fitted = training["recipe"]["warmup_fitted"]
+    assert fitted["warmup_steps"] == [800, 4] and fitted["measured_updates"] == [2, 3]
+    assert fitted["updates_per_second"] == pytest.approx(1 / 3, rel=1e-3) and fitted["expected_updates"] == 20
+    factor = fitted["lr_factor"][1]
+    assert fitted["lr_factor"][0] == 0.7 and factor == pytest.approx(0.7 * (4 / 800) ** 0.5, rel=1e-5)
+    assert (training["hyperparameters"]["warmup_steps"], training["hyperparameters"]["lr_factor"]) == (4, factor)
+    assert training["steps"] == 20 and training["steps"] > 4
+    # Written without a single BLEU: the card, the plots, the averaged model (the cool-down's checkpoints).
+    assert results["bleu"] == {} and not any(
+        "eval_bleu" in h for h in json.loads((run / "trainer_state.json").read_text())["log_history"]
+    )
+    assert {"loss.png", "learning_rate.png"} <= set(results["plots"]) and all(
+        (run / p).is_file() for p in results["plots"]
+    )
+    averaged = json.loads((run / "averaged" / "results.json").read_text())
+    assert averaged["checkpoint_averaging"]["checkpoints"] == ["checkpoint-18", "checkpoint-20"]  # the cool-down's
+    assert averaged["bleu"] == {}
+    assert (run / "averaged" / "model.safetensors").is_file() and (run / "averaged" / "README.md").is_file()
+    # Whether it could have learned: in results.json, the card and the last log line.
+    for folder, scored in ((run, results), (run / "averaged", averaged)):
+        learning = scored["learning"]
+        assert set(learning) == {"could_have_learned", "line", "validation_nll", "unigram_nll"}
+        assert learning["could_have_learned"] == (learning["validation_nll"] < learning["unigram_nll"])
+        assert scored["warnings"] == ([] if learning["could_have_learned"] else [learning["line"]])
+        assert "after 20 updates, past its learning-rate warm-up of 4" in learning["line"]
+        card = (folder / "README.md").read_text()
+        assert "No BLEU was measured" in card and learning["line"] in card
+    ours = [r for r in caplog.records if r.name.startswith("vanilla_transformer")]
+    assert ours[-1].getMessage() == results["learning"]["line"]
+    assert json.loads((run / "results.json").read_text())["learning"] == results["learning"]
+
+    # "Train longer" as printed: the same command with --resume_from_checkpoint true.
+    caplog.clear()
+    with caplog.at_level(logging.INFO):
+        resumed = train.train([*argv, "--resume_from_checkpoint", "true"])
+    training = resumed["training"]
+    assert training["recipe"]["warmup_fitted"] == {
+        "warmup_steps": [800, 4],
+        "lr_factor": [0.7, factor],
+        "kept_from": "checkpoint-20",
+    }
+    assert (training["hyperparameters"]["warmup_steps"], training["hyperparameters"]["lr_factor"]) == (4, factor)
+    assert training["steps"] == 40
+    start, end = training["hyperparameters"]["lr_cooldown_updates"]
+    assert 20 < start < end <= 40  # its own cool-down, at the end of its own limit
+    history = json.loads((run / "trainer_state.json").read_text())["log_history"]
+    rates = {h["step"]: h["learning_rate"] for h in history if "learning_rate" in h}
+    assert rates[22] > rates[20]  # back to the paper's schedule after the first run's cool-down
+    assert any("cool-down planned by the earlier run" in r.getMessage() for r in caplog.records)
+
+
+class _Trainer:
+    """What `learning_verdict` reads of a trainer that ran a time limit."""
+
+    def __init__(self, steps, warmup, bleu=()):
+        from types import SimpleNamespace
+
+        self.state = SimpleNamespace(
+            global_step=steps, max_steps=100_000, log_history=[{"eval_bleu": b} for b in bleu]
+        )
+        self.args = SimpleNamespace(max_steps=100_000)
+        self.lr_scheduler = SimpleNamespace(warmup_steps=warmup)
+        self.callback_handler = SimpleNamespace(callbacks=[callbacks.TimeLimit(4)])
+
+
+def test_the_verdict_of_a_timed_run_tells_to_resume_it_to_train_longer():
+    learned, line = learning_verdict(_Trainer(40, 53), {"score": 0.3})
+    assert not learned and line.startswith("Not a usable model: training stopped after 40 updates, inside its ")
+    assert "the same command with --resume_from_checkpoint true continues it" in line
+    learned, line = learning_verdict(_Trainer(400, 53, bleu=[0.5]), None)
+    assert not learned and "--resume_from_checkpoint true" in line and "validation BLEU 0.50" in line
+    learned, line = learning_verdict(_Trainer(400, 53, bleu=[12.5]), {"score": 11.0})
+    assert learned and line == (
+        "Could have learned: after 400 updates, past its learning-rate warm-up of 53, validation BLEU 12.50 and "
+        "test BLEU 11.00."
+    )
+    learned, line = learning_verdict(_Trainer(400, 53), None, nll=6.5, unigram=5.9)
+    assert not learned and "validation loss of 6.50 per target token, against 5.90" in line
+    learned, line = learning_verdict(_Trainer(400, 53), None, nll=3.1, unigram=5.9)
+    assert learned and "no BLEU was measured" in line
