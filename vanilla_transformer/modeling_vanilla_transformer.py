@@ -9,7 +9,8 @@ Section numbers in comments are the paper's. The paper's choices are the default
 config flag (see `VanillaTransformerConfig`).
 """
 
-import contextvars
+import dataclasses
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,7 +20,13 @@ from torch import nn
 from transformers import initialization as init
 from transformers.activations import ACT2FN
 from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
-from transformers.generation import GenerationConfig, GenerationMixin, LogitsProcessor, LogitsProcessorList
+from transformers.generation import (
+    GenerateBeamEncoderDecoderOutput,
+    GenerationConfig,
+    GenerationMixin,
+    LogitsProcessor,
+    LogitsProcessorList,
+)
 from transformers.masking_utils import create_bidirectional_mask, create_causal_mask
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import (
@@ -45,6 +52,44 @@ from .loss_vanilla_transformer import label_smoothed_cross_entropy
 # Unused here: the import makes `save_pretrained` copy the translation pipeline next to this file (it copies the
 # relative imports of the model code), for `pipeline("translation", model=<checkpoint>, trust_remote_code=True)`.
 from .pipeline_vanilla_transformer import TranslationPipeline  # noqa: F401
+
+
+# ---- The transformers releases this file runs on (5.17 and newer): their one difference, in one place ----------------
+# transformers 5.24 renamed the cache, as a model's argument and as an output field, from `past_key_values` to
+# `cache`; 5.17-5.23 pass and read `past_key_values`. This file says `cache` throughout, and translates at its edges
+# with the three helpers below. The running release's name is read off its output classes (no version compared).
+
+
+def cache_field(output_class: type) -> str:
+    """The name of `output_class`'s cache field in the running transformers: "cache" (5.24 on) or "past_key_values"."""
+    return "cache" if "cache" in {field.name for field in dataclasses.fields(output_class)} else "past_key_values"
+
+
+CACHE_NAME = cache_field(Seq2SeqLMOutput)  # the name `generate` passes the cache under, and reads it back from
+
+
+def with_cache(output_class: type, cache: Cache | None, **fields):
+    """`output_class(**fields)` holding `cache` in the running transformers' field."""
+    return output_class(**fields, **{cache_field(output_class): cache})
+
+
+def takes_cache(removed_in: str):
+    """A method's `cache` argument, also under the running transformers' name. With 5.24's name, `past_key_values` is
+    transformers' deprecated alias, taken with its warning as its own models take it; before 5.24 it is the name
+    `generate` passes, taken without a word."""
+    if CACHE_NAME == "cache":
+        return deprecate_kwarg("past_key_values", removed_in, new_name="cache")
+
+    def decorate(method):
+        @functools.wraps(method)
+        def renamed(*args, **kwargs):
+            if "past_key_values" in kwargs:
+                kwargs["cache"] = kwargs.pop("past_key_values")
+            return method(*args, **kwargs)
+
+        return renamed
+
+    return decorate
 
 
 def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
@@ -246,7 +291,7 @@ class VanillaTransformerDecoderLayer(VanillaTransformerLayer):
         self.ffn = VanillaTransformerFeedForward(config, config.decoder_ffn_dim)
         self.final_layer_norm = nn.LayerNorm(config.d_model)
 
-    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
+    @takes_cache("5.40.0")
     def forward(
         self,
         hidden_states: torch.Tensor,
@@ -283,11 +328,19 @@ class VanillaTransformerPreTrainedModel(PreTrainedModel):
     _supports_flash_attn = True
     _supports_flex_attn = True
 
+    # Set by `register_for_auto_class`: a `save_pretrained` of this class copies its code beside the weights.
+    saves_its_code = False
+
+    @classmethod
+    def register_for_auto_class(cls, auto_class="AutoModel"):
+        super().register_for_auto_class(auto_class)
+        cls.saves_its_code = True
+
     def save_pretrained(self, save_directory, *args, **kwargs):
         # A checkpoint saved from the registered classes (importing the package registers them; a remote-code load
         # does too) names every Auto class in `auto_map`, not only the saved class's own, so that AutoConfig,
         # AutoModel and AutoModelForSeq2SeqLM all load it with `trust_remote_code=True`.
-        if self._auto_class is not None:
+        if self.saves_its_code:
             self.config.auto_map = {
                 **(getattr(self.config, "auto_map", None) or {}),
                 "AutoConfig": "configuration_vanilla_transformer.VanillaTransformerConfig",
@@ -308,9 +361,11 @@ class VanillaTransformerPreTrainedModel(PreTrainedModel):
                 init.zeros_(module.bias)
         elif isinstance(module, nn.Embedding):
             init.normal_(module.weight, mean=0.0, std=std)
-            # (the flag check is explicit because slicing loses it; as in PreTrainedModel._init_weights)
-            if module.padding_idx is not None and not getattr(module.weight, "_is_hf_initialized", False):
-                init.zeros_(module.weight[module.padding_idx])
+            if module.padding_idx is not None:
+                # The padding row zeroed through an init function given the whole weight, which leaves a loaded
+                # weight alone as `normal_` did (given the row, it could not tell: a slice has no mark of loading).
+                padding = torch.tensor([module.padding_idx], device=module.weight.device)
+                init.copy_(module.weight, module.weight.index_fill(0, padding, 0.0))
         elif isinstance(module, nn.LayerNorm):
             init.ones_(module.weight)
             init.zeros_(module.bias)
@@ -444,7 +499,7 @@ class VanillaTransformerDecoder(VanillaTransformerStack):
         super().__init__(config, VanillaTransformerDecoderLayer, config.decoder_layers)
 
     @capture_outputs
-    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
+    @takes_cache("5.40.0")
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -507,7 +562,7 @@ class VanillaTransformerDecoder(VanillaTransformerStack):
             )
         if self.layer_norm is not None:
             hidden_states = self.layer_norm(hidden_states)
-        return BaseModelOutputWithPastAndCrossAttentions(last_hidden_state=hidden_states, cache=cache)
+        return with_cache(BaseModelOutputWithPastAndCrossAttentions, cache, last_hidden_state=hidden_states)
 
 
 class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
@@ -536,7 +591,7 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
         self.decoder.embed_tokens = value
 
     @can_return_tuple
-    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
+    @takes_cache("5.40.0")
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -587,9 +642,10 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
             return_dict=True,
             **kwargs,
         )
-        return Seq2SeqModelOutput(
+        return with_cache(
+            Seq2SeqModelOutput,
+            getattr(decoder_outputs, CACHE_NAME),
             last_hidden_state=decoder_outputs.last_hidden_state,
-            cache=decoder_outputs.cache,
             decoder_hidden_states=decoder_outputs.hidden_states,
             decoder_attentions=decoder_outputs.attentions,
             cross_attentions=decoder_outputs.cross_attentions,
@@ -620,11 +676,196 @@ class SourceLengthLimit(LogitsProcessor):
         return torch.where(done[:, None], only_eos, scores)
 
 
-# The form of the length penalty that the running `generate` call decodes with (`length_penalty_form`, read from its
-# generation config by `generate` below), for the two beam-search helpers that apply the penalty. A context variable,
-# set and reset around the call: it belongs to that call (no attribute on the model, so that concurrent `generate`
-# calls in other threads each see their own), and the helpers' arguments stay transformers' own.
-_DECODING_FORM: contextvars.ContextVar[str] = contextvars.ContextVar("length_penalty_form", default="length")
+@torch.no_grad()
+def gnmt_beam_search(model, input_ids, logits_processor, stopping_criteria, generation_config, **model_kwargs):
+    """Beam search with the paper's length penalty (section 6.1: "beam search with a beam size of 4 and length penalty
+    alpha = 0.6 (Wu et al., 2016)"), as the authors' tensor2tensor searches. `generate` calls it as its decoding loop
+    (`custom_generate`) when the length penalty's form is "gnmt", with the beams expanded, the encoder run, the cache
+    made, and its logits processors and stopping criteria built; it returns what `generate` returns.
+
+    It is transformers' beam search (its generation/utils.py, 5.24), step for step and operation for operation,
+    written over public APIs only (the model's forward, `Cache.reorder_cache`, the processors and criteria), with the
+    GNMT rules in the two places where a length penalty acts:
+
+    - a hypothesis that ends is scored log P / ((5 + |Y|) / 6) ** alpha, |Y| its tokens with `</s>`, and every
+      candidate of the step that ends may enter the finished set (tensor2tensor's `grow_finished`), not only those
+      among the best `num_beams` (transformers' and fairseq's rule);
+    - the search stops once no running hypothesis can beat the finished ones: the best running log-probability
+      divided by ((5 + L) / 6) ** alpha, L the maximum length for `early_stopping="never"` (alpha >= 0 makes lp grow
+      with the length, so that is the best a hypothesis can reach: tensor2tensor's bound, and its result), else the
+      current length, as transformers chooses it. `early_stopping=True` keeps transformers' meaning (a sentence ends
+      once `num_beams` hypotheses are finished).
+
+    tests/test_gnmt_penalty.py checks it against a plain tensor2tensor search."""
+    config = generation_config
+    eos = config.eos_token_id
+    eos = [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
+    num_beams, alpha, early_stopping, max_length = (
+        config.num_beams,
+        config.length_penalty,
+        config.early_stopping,
+        config.max_length,
+    )
+    return_dict = config.return_dict_in_generate
+    all_scores = () if return_dict and config.output_scores else None
+    raw_logits = () if return_dict and config.output_logits else None
+    decoder_attentions = () if return_dict and config.output_attentions else None
+    cross_attentions = () if return_dict and config.output_attentions else None
+    decoder_hidden_states = () if return_dict and config.output_hidden_states else None
+    encoder_outputs = model_kwargs.get("encoder_outputs")
+    cache = model_kwargs.pop(CACHE_NAME, None)
+    use_cache = model_kwargs.pop("use_cache", True)
+    target_mask = model_kwargs.pop("decoder_attention_mask", None)
+
+    device = input_ids.device
+    batch_size, cur_len = input_ids.shape[0] // num_beams, input_ids.shape[1]
+    prompt_len = cur_len
+    # Each step keeps the top 2 x beam candidates (tensor2tensor's 2 * beam_size), so that `num_beams` of them are
+    # still running when the best ones all end.
+    beams_to_keep = max(2, 1 + len(eos)) * num_beams
+
+    def unflatten(tensor, width):  # [batch * width, ...] -> [batch, width, ...]
+        return tensor.reshape(batch_size, width, *tensor.shape[1:])
+
+    def flatten(tensor):
+        return tensor.reshape(-1, *tensor.shape[2:])
+
+    def gather(tensor, indices):  # the rows `indices` of each sentence's beams
+        while indices.dim() < tensor.dim():
+            indices = indices.unsqueeze(-1)
+        return torch.take_along_dim(tensor, indices, dim=1)
+
+    # Outputs are padded as transformers pads them (its pad id, or `</s>` when that id is 0).
+    fill = (config.pad_token_id or eos[0]) if eos else -1
+    running_sequences = torch.full((batch_size, num_beams, max_length), fill, dtype=torch.int64, device=device)
+    running_sequences[:, :, :cur_len] = unflatten(input_ids, num_beams)
+    sequences = running_sequences.detach().clone()
+    # Only the first beam starts alive, so that the beams do not all pick the same tokens.
+    running_scores = torch.zeros((batch_size, num_beams), dtype=torch.float, device=device)
+    running_scores[:, 1:] = -1e9
+    beam_scores = torch.full((batch_size, num_beams), -1e9, dtype=torch.float, device=device)
+    is_sent_finished = torch.zeros((batch_size, num_beams), dtype=torch.bool, device=device)
+    improvable = torch.ones((batch_size, 1), dtype=torch.bool, device=device)
+    running_beam_indices = torch.full(
+        (batch_size, num_beams, max_length - cur_len), -1, dtype=torch.int32, device=device
+    )
+    beam_indices = running_beam_indices.detach().clone()
+
+    flat_running = input_ids
+    first = True
+    while True:
+        # a. The next token's scores. The first step feeds the whole target so far (or, continuing from a cache that
+        # holds a prefix of it, the rest), later steps the last token (all of them without a cache).
+        if first:
+            step_ids = flat_running
+            if cache is not None and target_mask is not None and target_mask.shape[1] == step_ids.shape[1]:
+                step_ids = step_ids[:, cache.get_seq_length() :]
+        else:
+            flat_running = flatten(running_sequences[:, :, :cur_len])
+            step_ids = flat_running[:, -1:] if use_cache else flat_running
+        first = False
+        step_inputs = dict(model_kwargs, decoder_input_ids=step_ids.clone(), cache=cache, use_cache=use_cache)
+        if target_mask is not None:
+            step_inputs["decoder_attention_mask"] = target_mask
+        outputs = model(**step_inputs, return_dict=True)
+        if getattr(outputs, CACHE_NAME, None) is not None:
+            cache = getattr(outputs, CACHE_NAME)
+        if target_mask is not None:
+            target_mask = torch.cat([target_mask, target_mask.new_ones((target_mask.shape[0], 1))], dim=-1)
+        logits = outputs.logits[:, -1, :].to(copy=True, dtype=torch.float32, device=device)
+        log_probs = logits_processor(flat_running, nn.functional.log_softmax(logits, dim=-1))
+        if raw_logits is not None:
+            raw_logits += (logits.clone(),)
+        if all_scores is not None:
+            all_scores += (log_probs.clone(),)
+        if decoder_attentions is not None:
+            decoder_attentions += (outputs.decoder_attentions,)
+            cross_attentions += (outputs.cross_attentions,)
+        if decoder_hidden_states is not None:
+            decoder_hidden_states += (outputs.decoder_hidden_states,)
+        del outputs
+
+        # b. The top 2 x beam continuations of each sentence by log-probability (sampled, with `do_sample`).
+        log_probs = (unflatten(log_probs, num_beams) + running_scores[:, :, None]).reshape(batch_size, -1)
+        if config.do_sample:
+            topk_indices = torch.multinomial(nn.functional.softmax(log_probs, dim=-1), num_samples=beams_to_keep)
+            topk_log_probs = torch.gather(input=log_probs, dim=1, index=topk_indices)
+            topk_log_probs, order = topk_log_probs.sort(dim=-1, descending=True)
+            topk_indices = topk_indices.gather(dim=-1, index=order)
+        else:
+            topk_log_probs, topk_indices = torch.topk(log_probs, k=beams_to_keep)
+        vocab_size = log_probs.shape[-1] // num_beams
+        topk_beams = topk_indices // vocab_size
+        topk_running_beam_indices = gather(running_beam_indices, topk_beams)
+        topk_running_sequences = gather(running_sequences, topk_beams)
+        topk_running_sequences[:, :, cur_len] = topk_indices % vocab_size
+        batch_offset = torch.arange(batch_size, device=device).view(-1, 1) * num_beams
+        topk_running_beam_indices[:, :, cur_len - prompt_len] = topk_beams + batch_offset
+
+        # c. Which candidates end here (`</s>`, or the maximum length).
+        ended = stopping_criteria(flatten(topk_running_sequences[:, :, : cur_len + 1]), all_scores)
+        ended = unflatten(ended, beams_to_keep)
+
+        # d. The best `num_beams` candidates that have not ended run on.
+        topk_running_log_probs = topk_log_probs + ended.to(torch.float32) * -1.0e9
+        next_indices = torch.topk(topk_running_log_probs, k=num_beams)[1]
+        running_sequences = gather(topk_running_sequences, next_indices)
+        running_scores = gather(topk_running_log_probs, next_indices)
+        running_beam_indices = gather(topk_running_beam_indices, next_indices)
+
+        # e. Every candidate that ended enters the finished set with its GNMT score; the set keeps the best `num_beams`
+        # (none enter once it is full under early stopping, or once no improvement is possible).
+        candidate_scores = topk_log_probs / gnmt_length_penalty(cur_len + 1 - prompt_len, alpha)
+        full = torch.all(is_sent_finished, axis=-1, keepdims=True) & (early_stopping is True)
+        candidate_scores += full.to(torch.float32) * -1.0e9
+        candidate_scores += (~improvable).to(torch.float32) * -1.0e9
+        candidate_scores += (~ended) * -1.0e9
+        merged_scores = torch.cat((beam_scores, candidate_scores), dim=1)
+        best = torch.topk(merged_scores, k=num_beams)[1]
+        sequences = gather(torch.cat((sequences, topk_running_sequences), dim=1), best)
+        beam_scores = gather(merged_scores, best)
+        beam_indices = gather(torch.cat((beam_indices, topk_running_beam_indices), dim=1), best)
+        is_sent_finished = gather(torch.cat((is_sent_finished, ended), dim=1), best)
+
+        # f. The cache follows the beams that run on.
+        if cache is not None:
+            cache.reorder_cache(flatten(running_beam_indices[..., cur_len - prompt_len]))
+        cur_len += 1
+
+        # g. Can a running hypothesis still beat the worst finished one? Its best reachable score (above).
+        never = early_stopping == "never" and alpha > 0
+        best_length = (max_length if never else cur_len) - prompt_len
+        best_running = (running_scores / gnmt_length_penalty(best_length, alpha))[:, :1]
+        worst_finished = torch.where(is_sent_finished, torch.min(beam_scores, dim=1, keepdim=True)[0], -1.0e9)
+        improvable = improvable & torch.any(best_running > worst_finished, dim=-1, keepdim=True)
+        open_beams = ~(torch.all(is_sent_finished) & (early_stopping is True))
+        if not bool(torch.any(improvable) & open_beams & ~torch.all(ended)):
+            break
+
+    # The best `num_return_sequences` of each sentence, cut to the longest one.
+    num_return = config.num_return_sequences
+    sequences = flatten(sequences[:, :num_return, :])
+    beam_scores = flatten(beam_scores[:, :num_return])
+    beam_indices = flatten(beam_indices[:, :num_return, :])
+    generated = ((beam_indices + 1).bool()).sum(dim=1).max()
+    sequences = sequences[:, : prompt_len + generated]
+    beam_indices = beam_indices[:, :generated]
+    if not return_dict:
+        return sequences
+    return with_cache(
+        GenerateBeamEncoderDecoderOutput,
+        cache,
+        sequences=sequences,
+        sequences_scores=beam_scores if config.output_scores else None,
+        scores=all_scores,
+        logits=raw_logits,
+        beam_indices=beam_indices,
+        encoder_attentions=encoder_outputs.get("attentions") if config.output_attentions else None,
+        encoder_hidden_states=encoder_outputs.get("hidden_states") if config.output_hidden_states else None,
+        decoder_attentions=decoder_attentions,
+        cross_attentions=cross_attentions,
+        decoder_hidden_states=decoder_hidden_states,
+    )
 
 
 @dataclass
@@ -671,7 +912,7 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
 
     @can_return_tuple
-    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
+    @takes_cache("5.40.0")
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -732,12 +973,13 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
                 denominator = denominator.to(loss_sum.device)
             loss, nll_loss = loss_sum / denominator, nll_sum / denominator
 
-        return VanillaTransformerSeq2SeqLMOutput(
+        return with_cache(
+            VanillaTransformerSeq2SeqLMOutput,
+            getattr(outputs, CACHE_NAME),
             loss=loss,
             nll_loss=nll_loss,
             num_target_tokens=num_target_tokens,
             logits=logits,
-            cache=outputs.cache,
             decoder_hidden_states=outputs.decoder_hidden_states,
             decoder_attentions=outputs.decoder_attentions,
             cross_attentions=outputs.cross_attentions,
@@ -746,7 +988,7 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
             encoder_attentions=outputs.encoder_attentions,
         )
 
-    @deprecate_kwarg("past_key_values", "6.0.0", new_name="cache")
+    @takes_cache("6.0.0")
     @torch.no_grad()
     def generate(self, inputs: torch.Tensor | None = None, generation_config=None, logits_processor=None, **kwargs):
         """`GenerationMixin.generate`, with three additions.
@@ -792,53 +1034,16 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
                 cache.crop(target.shape[1] - 1 - cache.get_seq_length())  # (crop takes the number to drop, negated)
             if kwargs.get("decoder_attention_mask") is None:
                 kwargs["decoder_attention_mask"] = torch.ones_like(target)
-        token = _DECODING_FORM.set(form)
-        try:
-            return super().generate(
-                inputs, generation_config=generation_config, logits_processor=logits_processor, **kwargs
-            )
-        finally:
-            _DECODING_FORM.reset(token)
-
-    # The GNMT length penalty (`length_penalty_form="gnmt"`) inside transformers' own beam search
-    # (`GenerationMixin._beam_search`, not a copy of it): the two private helpers where that search applies the
-    # penalty (`_update_finished_beams`, `_check_early_stop_heuristic`) apply this one when the running `generate`
-    # call decodes with it (`_DECODING_FORM`). The running beams, the candidates and the cache are transformers'; with
-    # the default form the stock methods run as they are. `early_stopping` keeps transformers' meaning (True: a
-    # sentence ends once `num_beams` hypotheses are finished), with the GNMT penalty in each rule.
-    # tests/test_gnmt_penalty.py checks each against a plain tensor2tensor search, and the two helpers' signatures
-    # against transformers' (private methods: pyproject.toml pins transformers to the minor release tested).
-
-    def _update_finished_beams(self, *, topk_log_probs, top_num_beam_mask, length_penalty, **kwargs):
-        """transformers' update of the finished hypotheses. GNMT form: the candidates' log-probabilities divided by
-        ((5 + |Y|) / 6) ** alpha here (transformers' own division then by |Y| ** 0 = 1), and every candidate of the
-        step that ends may enter (tensor2tensor's `grow_finished`), not only those among the best `num_beams`
-        (transformers' and fairseq's rule)."""
-        if _DECODING_FORM.get() == "gnmt":
-            # |Y|: the candidates' generated tokens, </s> included.
-            length = kwargs["cur_len"] + 1 - kwargs["decoder_prompt_len"]
-            topk_log_probs = topk_log_probs / gnmt_length_penalty(length, length_penalty)
-            top_num_beam_mask = torch.ones_like(top_num_beam_mask)
-            length_penalty = 0.0
-        return super()._update_finished_beams(
-            topk_log_probs=topk_log_probs, top_num_beam_mask=top_num_beam_mask, length_penalty=length_penalty, **kwargs
-        )
-
-    @staticmethod  # as transformers' is
-    def _check_early_stop_heuristic(*, running_beam_scores, length_penalty, **kwargs):
-        """transformers' test of whether a running hypothesis can still beat the finished ones. GNMT form: the best
-        running log-probability divided by ((5 + L) / 6) ** alpha; transformers' own division is then by L ** 0 = 1.
-        L is the maximum length for `early_stopping="never"`: alpha >= 0 makes lp grow with the length, so that is the
-        best a hypothesis can reach (tensor2tensor's bound), and the search returns what decoding to the maximum length
-        would (tensor2tensor's result). Otherwise it is the current length, as transformers chooses it."""
-        if _DECODING_FORM.get() == "gnmt":
-            alpha = length_penalty
-            never = kwargs["early_stopping"] == "never" and alpha > 0
-            best_length = (kwargs["max_length"] if never else kwargs["cur_len"]) - kwargs["decoder_prompt_len"]
-            running_beam_scores = running_beam_scores / gnmt_length_penalty(best_length, alpha)
-            length_penalty = 0.0
-        return GenerationMixin._check_early_stop_heuristic(
-            running_beam_scores=running_beam_scores, length_penalty=length_penalty, **kwargs
+        if "cache" in kwargs:
+            kwargs[CACHE_NAME] = kwargs.pop("cache")
+        num_beams = kwargs.get("num_beams", gen_config.num_beams) or 1
+        if form == "gnmt" and num_beams > 1 and kwargs.get("custom_generate") is None:
+            # transformers' own beam search divides by length ** alpha, with no public way to change it: the GNMT form
+            # runs the package's search, through `generate`'s public hook for a decoding loop (`custom_generate`),
+            # after `generate` has prepared everything else (logits processors, stopping criteria, cache, encoder).
+            kwargs["custom_generate"] = gnmt_beam_search
+        return super().generate(
+            inputs, generation_config=generation_config, logits_processor=logits_processor, **kwargs
         )
 
     def _source_lengths(self, source_ids: torch.Tensor | None, kwargs: dict) -> torch.Tensor | None:
@@ -857,6 +1062,7 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
 
 __all__ = [
     "VanillaTransformerForConditionalGeneration",
+    "gnmt_beam_search",
     "VanillaTransformerSeq2SeqLMOutput",
     "VanillaTransformerModel",
     "VanillaTransformerPreTrainedModel",

@@ -14,8 +14,7 @@ One update, in the order the Trainer (transformers 5.24, `Trainer.train`) calls 
    (section 5.4, epsilon `label_smoothing_factor`) divided by the target tokens of the whole update, so the gradients
    do not depend on how the update is split across micro-batches or processes; the sums for the logs are added up
    there.
-4. `_get_grad_norm`: the gradient norm for the logs, only before an update that will be logged (no clipping, as in the
-   paper).
+4. The Trainer's gradient norm, for the logs (no clipping, as in the paper: `max_grad_norm=0`).
 5. The optimizer step: the Trainer's own optimizer, `adamw_torch_fused` with weight decay 0, which is the paper's
    Adam with beta1 0.9, beta2 0.98, epsilon 1e-9 (section 5.3); then `lr_scheduler.step()`, the learning rate of eq. 3
    (section 5.3): `schedule.NoamLR`, which `create_scheduler` built before the first update.
@@ -65,10 +64,6 @@ from .schedule import NoamLR, peak_learning_rate
 
 
 logger = logging.getLogger(__name__)
-
-# The newest transformers release (major.minor) whose private Trainer method overridden here (`_get_grad_norm`) has
-# been checked: tests/test_trainer.py fails on a newer one until the override is checked again.
-TESTED_TRANSFORMERS = (5, 24)
 
 
 class LabelSmoothedLoss:
@@ -357,24 +352,6 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
         )
 
     # ---- Gradient norm and schedule (section 5.3) ----
-
-    # Private (no public switch for the norm the Trainer computes after every update): its signature is asserted by
-    # tests/test_trainer.py for the transformers versions up to TESTED_TRANSFORMERS.
-    def _get_grad_norm(self, model, grad_norm=None):
-        """The gradient norm, for the logs. Without clipping (`max_grad_norm=0`, the paper's) the Trainer computes it
-        after every update, an extra pass over all gradients (`clip_grad_norm_(params, inf)`, which also multiplies
-        them by 1.0) and a host sync when read: here only before an update whose step will be logged (its cost:
-        docs/performance.md)."""
-        if grad_norm is None and not self._logs_next_step():
-            return None
-        return super()._get_grad_norm(model, grad_norm=grad_norm)
-
-    def _logs_next_step(self) -> bool:
-        args, step = self.args, self.state.global_step + 1  # the update about to be made
-        if args.logging_strategy != "steps":
-            return True  # epoch-wise logs: no cheap way to know the last update of the epoch here
-        every = self.state.logging_steps or args.logging_steps
-        return (args.logging_first_step and step == 1) or (every and step % every == 0) or step >= self.state.max_steps
 
     # Overridden: stock `inverse_sqrt` lags eq. 3 by an update (schedule.py); `optimizers=` predates our optimizer.
     def create_scheduler(self, num_training_steps: int, optimizer: torch.optim.Optimizer | None = None):

@@ -78,14 +78,13 @@ class TranslationPipeline(Pipeline):
         clean_up_tokenization_spaces: passed to `tokenizer.decode` (default: the tokenizer's).
     """
 
-    _pipeline_calls_generate = True
+    # The generation keywords (at construction and at each call) reach `_forward` through `_sanitize_parameters`, as
+    # every other pipeline parameter does, so that they go to `generate` as given, on every transformers release.
     _load_tokenizer = True
     _load_processor = False
     _load_image_processor = False
     _load_feature_extractor = False
     _load_video_processor = False
-    # Defaults come from the model's generation_config, not from the pipeline.
-    _default_generation_config = None
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -142,10 +141,9 @@ class TranslationPipeline(Pipeline):
     def _forward(self, model_inputs, **generate_kwargs):
         input_ids = model_inputs["input_ids"]
         in_batch = input_ids.shape[0]
-        # The call's and the pipeline's generation kwargs, plus the tokenizer's pad id. No length is
-        # added: without one, the model's `generate` stops each sentence at its source length + 50
-        # (section 6.1), which a batch-wide `max_new_tokens` set here would override.
-        generate_kwargs = self._prepare_generate_kwargs(generate_kwargs)
+        # The call's and the pipeline's generation kwargs (`Pipeline` merges them); the rest comes from the model's
+        # generation config. No length is added: without one, the model's `generate` stops each sentence at its
+        # source length + 50 (section 6.1), which a batch-wide `max_new_tokens` set here would override.
         output_ids = self.model.generate(
             input_ids=input_ids, attention_mask=model_inputs["attention_mask"], **generate_kwargs
         )
