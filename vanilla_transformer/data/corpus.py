@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import csv
 import gzip
-import itertools
 import logging
 import os
 import uuid
@@ -35,7 +34,7 @@ import pyarrow.compute as pc
 from datasets.arrow_writer import ArrowWriter
 from datasets.fingerprint import Hasher
 
-from .files import find_line_file, find_table, line_file_languages, split_stems
+from .files import check_pair_args, check_table, find_line_file, find_table, line_file_languages, split_stems
 
 
 logger = logging.getLogger(__name__)
@@ -109,7 +108,7 @@ def load_parallel_corpus(
             that is not in the data (listing those that are), or a split that does not exist.
     """
     splits, split_names = _check_split_args(splits, split_names)
-    _check_lang_args(src_lang, tgt_lang, src_column, tgt_column)
+    check_pair_args(src_lang, tgt_lang, src_column, tgt_column)
     cache_dir = None if cache_dir is None else str(cache_dir)
     flags = dict(flags or {})
     pair = dict(src_lang=src_lang, tgt_lang=tgt_lang, src_column=src_column, tgt_column=tgt_column)
@@ -195,18 +194,6 @@ def _check_split_args(splits, split_names) -> tuple[tuple[str, ...], dict[str, s
             f"names you want back (e.g. 'validation'), its values the names in the data (e.g. 'val')."
         )
     return splits, split_names
-
-
-def _check_lang_args(src_lang, tgt_lang, src_column, tgt_column) -> None:
-    for name, value in (("src_lang", src_lang), ("tgt_lang", tgt_lang)):
-        if not isinstance(value, str) or not value.strip():
-            raise ValueError(f"`{name}` must be a language code such as 'en' or 'de', got {value!r}.")
-    if src_lang == tgt_lang:
-        raise ValueError(
-            f"`src_lang` and `tgt_lang` are both {src_lang!r}: pass two different languages, e.g. 'en' and 'de'."
-        )
-    if src_column is not None and src_column == tgt_column:
-        raise ValueError(f"`src_column` and `tgt_column` are both {src_column!r}: name the two columns of the pair.")
 
 
 def _looks_like_local_path(source: str) -> bool:
@@ -470,58 +457,39 @@ def _load_line_files(src_file: Path, tgt_file: Path, split: str, cache_dir) -> d
     return datasets.Dataset.from_file(str(path), split=datasets.NamedSplit(split))
 
 
-def _check_fields(path: Path, header: list[str], stop: int | None = None) -> None:
-    """Raise for the first of the first `stop` lines whose number of tab-separated fields is not the header's."""
-    with _open_text(path) as f:
-        for number, line in enumerate(itertools.islice(f, stop), start=1):
-            fields = _strip_eol(line).split("\t")
-            if len(fields) != len(header):
-                raise ValueError(
-                    f"Line {number} of {str(path)!r} has {len(fields)} tab-separated fields, the header "
-                    f"{header} has {len(header)}: fix the line (a tab inside a sentence?)."
-                )
-
-
 def _strip_cr_batch(batch: dict[str, list], column: str) -> dict[str, list]:
     return {column: [value[:-1] if value.endswith("\r") else value for value in batch[column]]}
 
 
 def _load_tsv(path: Path, split: str, column_names, cache_dir) -> datasets.Dataset:
-    lines, tabs = _count_lines(path)
-    if lines <= (0 if column_names else 1):
+    if _count_lines(path)[0] <= (0 if column_names else 1):
         raise ValueError(f"Data file {str(path)!r} is empty: it must hold a header row and one pair per line.")
     with _open_text(path) as f:
         header = list(column_names) if column_names else _strip_eol(f.readline()).split("\t")
     if len(set(header)) != len(header) or not all(header):
         raise ValueError(f"The columns of {str(path)!r} are {header}: they must be distinct, non-empty names.")
-    # pandas takes a first row with one field too many as an index column and silently fills missing fields with
-    # "": the first row is checked here, pandas rejects the other long ones, and the tab count the short ones.
-    _check_fields(path, header, stop=2)
+    # Every row is checked here, not by pandas: it takes a first row with one field too many as an index column,
+    # silently fills missing fields with "", and reports a long row after two ERROR log lines of `datasets`.
+    check_table(path, header)
     features = datasets.Features({column: datasets.Value("string") for column in header})
-    try:
-        # The "csv" builder (pandas) with its conversions off, each of which silently changes a sentence: no
-        # quoting, no "NA"/"null" as missing values, text columns ("1984" stays a string), lines ending at "\n"
-        # only (see `_open_text`). The header row is skipped and named here, so that CRLF cannot rename a column.
-        ds = datasets.load_dataset(
-            "csv",
-            data_files={split: str(path)},
-            split=split,
-            cache_dir=cache_dir,
-            sep="\t",
-            quoting=csv.QUOTE_NONE,
-            keep_default_na=False,
-            lineterminator="\n",
-            skip_blank_lines=False,
-            index_col=False,
-            column_names=header,
-            skiprows=0 if column_names else 1,
-            features=features,
-        )
-    except datasets.exceptions.DatasetGenerationError:
-        _check_fields(path, header)  # a line with too many fields: name it
-        raise
-    if tabs != lines * (len(header) - 1):  # a line with too few fields
-        _check_fields(path, header)
+    # The "csv" builder (pandas) with its conversions off, each of which silently changes a sentence: no quoting, no
+    # "NA"/"null" as missing values, text columns ("1984" stays a string), lines ending at "\n" only (see
+    # `_open_text`). The header row is skipped and named here, so that CRLF cannot rename a column.
+    ds = datasets.load_dataset(
+        "csv",
+        data_files={split: str(path)},
+        split=split,
+        cache_dir=cache_dir,
+        sep="\t",
+        quoting=csv.QUOTE_NONE,
+        keep_default_na=False,
+        lineterminator="\n",
+        skip_blank_lines=False,
+        index_col=False,
+        column_names=header,
+        skiprows=0 if column_names else 1,
+        features=features,
+    )
     last = ds.data.column(header[-1])
     if pc.any(pc.ends_with(last, "\r")).as_py():  # CRLF line ends
         ds = ds.map(_strip_cr_batch, batched=True, fn_kwargs={"column": header[-1]}, desc="Removing CR")

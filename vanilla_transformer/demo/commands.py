@@ -10,8 +10,10 @@ The parser is built without gradio, torch or transformers: `cmd_demo` imports th
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import socket
 from pathlib import Path
 
 from ..arguments import add_checkpoint_options, add_decoding_options, apply_decoding, decoding_options
@@ -92,6 +94,31 @@ def check_demo(args) -> None:
                 f"{_display_name(args.model)!r} from {first!r}: the page gives both the visitor's sentence, so they "
                 "must read one language (e.g. --model multi30k-en-de --compare multi30k-en-fr)."
             )
+    check_port(args.host, args.port)  # last: the port is the machine's state, the options above are the user's
+
+
+def check_port(host: str, port: int) -> None:
+    """ValueError naming --port (or --host) unless the page can listen on `host`:`port`, tried by listening there
+    for an instant, as the server will (port 0: Gradio takes the first free one from 7860 up)."""
+    if port == 0:
+        return
+    not_here = f"--host {host!r} is no address of this machine: e.g. 127.0.0.1, or 0.0.0.0 (every one)."
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+    except OSError:
+        raise ValueError(not_here) from None
+    try:
+        with socket.create_server((host, port), family=family):
+            pass
+    except OSError as error:
+        if error.errno == errno.EADDRNOTAVAIL:
+            raise ValueError(not_here) from None
+        reason = os.strerror(error.errno) if error.errno else str(error)
+        raise ValueError(
+            f"--port {port} on {host} cannot be listened on ({reason}): another program has it, or the port is not "
+            f"yours to open; choose another, e.g. --port {port + 1 if port < 65535 else 8080}, or --port 0 for the "
+            "first free one from 7860 up."
+        ) from None
 
 
 def source_language(model: str) -> str | None:
@@ -140,5 +167,6 @@ def cmd_demo(args) -> int:
         apply_decoding(model_b.generation_config, decoding)
         compare = (model_b, tokenizer_b, _display_name(args.compare))
     blocks = build_demo(model, tokenizer, model_name=_display_name(args.model), compare=compare)
+    check_port(args.host, args.port)  # again: the model took seconds to load, and the port may have been taken since
     launch_demo(blocks, host=args.host, port=args.port or None, share=args.share)
     return 0

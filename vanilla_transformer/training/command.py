@@ -79,11 +79,17 @@ def train(argv: list[str] | None = None) -> dict:
 
 
 def _train(argv: list[str] | None) -> dict:
-    argv = preflight(list(sys.argv[1:] if argv is None else argv))  # before torch: --help, and the early checks
+    given = list(sys.argv[1:] if argv is None else argv)
+    argv = preflight(given)  # before torch: --help, and the early checks
     from .options import parse_args
 
     model_args, data_args, tok_args, run_args, training_args = parse_args(argv)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
+    if "--output_dir" in argv[len(given) :]:  # added by `preflight`: neither the command line nor the recipe sets it
+        logger.info(
+            "No --output_dir: the run writes %s (runs/DATASET_SRC_TGT_PRESET, as the recipes name theirs).",
+            training_args.output_dir,
+        )
     from transformers import logging as transformers_logging
     from transformers import set_seed
 

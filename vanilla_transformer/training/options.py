@@ -33,8 +33,11 @@ from ..translation.precision import bf16_support
 from .preflight import (  # the command line's part that needs neither torch nor transformers
     OPTIONS_FILE,
     TRAINER_GROUP,
+    TRUE_WORDS,
     ErrorsAsValues,
     add_parser_options,
+    bf16_word,
+    check_minutes,
     default_recipe,
     describe_parser,
     format_help,
@@ -286,28 +289,20 @@ class RunArguments:
             self.early_stopping = self.early_stopping.strip().lower()
             if self.early_stopping not in ("true", "false", "never"):
                 raise ValueError(f"`early_stopping` must be true, false or never, got {self.early_stopping!r}.")
-        if self.max_train_minutes is not None and not self.max_train_minutes > 0:
-            raise ValueError(f"`max_train_minutes` must be positive, got {self.max_train_minutes!r}.")
-
-
-TRUE_WORDS, FALSE_WORDS = ("true", "yes", "1"), ("false", "no", "0")
+        check_minutes(self.max_train_minutes)
 
 
 def resolve_bf16(value, fp16: bool, device_type: str) -> tuple[bool, str]:
     """(bfloat16 on, why) for a `bf16` of True/False, "true"/"false" or "auto" (on where `device_type` has bfloat16
     natively, unless fp16 is asked for): the one rule behind `VanillaTrainingArguments.bf16` and the choice of a
     preset's `cpu_float32` options."""
-    if isinstance(value, str):
-        word = value.strip().lower()
-        if word == "auto":
-            if fp16:
-                return False, "fp16 asked for"
-            native, reason = bf16_support(device_type)
-            return native, f"bf16=auto: {reason}"
-        if word not in TRUE_WORDS + FALSE_WORDS:
-            raise ValueError(f"`bf16` must be true, false or auto, got {value!r}.")
-        value = word in TRUE_WORDS
-    return bool(value), "bf16 asked for" if value else ("fp16 asked for" if fp16 else "float32")
+    value = bf16_word(value)
+    if value == "auto":
+        if fp16:
+            return False, "fp16 asked for"
+        native, reason = bf16_support(device_type)
+        return native, f"bf16=auto: {reason}"
+    return value, "bf16 asked for" if value else ("fp16 asked for" if fp16 else "float32")
 
 
 @dataclass

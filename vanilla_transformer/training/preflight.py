@@ -19,10 +19,11 @@ import gzip
 import json
 import os
 import re
+import tempfile
 from pathlib import Path
 
 from ..checkpoints import CHECKPOINT_RE, last_checkpoint
-from ..data.files import TABLE_SUFFIXES, find_table, line_file_languages, split_stems
+from ..data.files import TABLE_SUFFIXES, check_pair_args, check_table, find_table, line_file_languages, split_stems
 
 
 PROG = "vanilla-transformer train"
@@ -38,7 +39,7 @@ CPU_FLOAT32 = "cpu_float32"
 SMALL_CORPUS_RECIPE, LARGE_CORPUS_RECIPE = "own_data_small", "own_data_large"
 LARGE_CORPUS = 1_000_000
 TRAINER_GROUP = "the Trainer's other options (Seq2SeqTrainingArguments)"
-DEFAULT_OUTPUT_DIR = "trainer_output"  # the Trainer's, for an output_dir of None (TrainingArguments.__post_init__)
+RUNS_DIR = "runs"  # where a run without --output_dir writes, as the recipes do: runs/DATASET_SRC_TGT_PRESET
 # What a run writes in its output directory before its first checkpoint: the tokenizer it trains, and TensorBoard's
 # logs. A directory holding only these is a run stopped before it saved anything: a new run starts there.
 BEFORE_FIRST_CHECKPOINT = ("tokenizer", "runs")
@@ -336,11 +337,55 @@ def preflight(argv: list[str]) -> list[str]:
         raise SystemExit(0)
     parser.set_defaults(**preset)
     values = vars(parser.parse_args(argv))
+    check_values(values)
     named = set(given) | set(preset)
     languages = check_data(values, named)
+    values.update(languages)
+    check_pair_args(values["src_lang"], values["tgt_lang"], values.get("src_column"), values.get("tgt_column"))
+    added = [item for name, code in languages.items() for item in (f"--{name}", code)]
+    if not values.get("output_dir"):
+        values["output_dir"] = default_output_dir(values)
+        added += ["--output_dir", values["output_dir"]]
     if int(os.environ.get("RANK", "0")) == 0:  # the other processes of a distributed run find the main one's files
         check_output_dir(values)
-    return argv + [item for name, code in languages.items() for item in (f"--{name}", code)]
+    return argv + added
+
+
+def check_values(values: dict) -> None:
+    """The checks of single options' values that the parser's types do not make: run here, before torch, and again
+    by the options' dataclasses (`options.py`), which import these rules."""
+    bf16_word(values.get("bf16"))
+    check_minutes(values.get("max_train_minutes"))
+
+
+TRUE_WORDS, FALSE_WORDS = ("true", "yes", "1"), ("false", "no", "0")
+
+
+def bf16_word(value) -> bool | str:
+    """`--bf16` as a bool, or "auto"; ValueError for another word (the one rule of its values)."""
+    if not isinstance(value, str):
+        return bool(value)
+    word = value.strip().lower()
+    if word == "auto":
+        return word
+    if word not in TRUE_WORDS + FALSE_WORDS:
+        raise ValueError(f"`bf16` must be true, false or auto, got {value!r}.")
+    return word in TRUE_WORDS
+
+
+def check_minutes(minutes) -> None:
+    if minutes is not None and not minutes > 0:
+        raise ValueError(f"`max_train_minutes` must be positive, got {minutes!r}.")
+
+
+def default_output_dir(values: dict) -> str:
+    """The output directory of a run without --output_dir, named as the recipes name theirs
+    (runs/multi30k_en_de_small): runs/ + the dataset's name, the two languages and the model size."""
+    dataset = Path(str(values["dataset"]).rstrip("/")).name or "data"
+    if dataset == "raw" and Path(values["dataset"]).parent.name == "task1":  # Multi30k's data/task1/raw
+        dataset = "multi30k"
+    name = "_".join(str(part) for part in (dataset, values["src_lang"], values["tgt_lang"], values["preset"]))
+    return str(Path(RUNS_DIR) / re.sub(r"[^\w.-]+", "_", name))
 
 
 def check_data(values: dict, named: set[str]) -> dict:
@@ -373,6 +418,10 @@ def check_data(values: dict, named: set[str]) -> dict:
         table = find_table(path, stem)
         languages = line_file_languages(path, stem)
         if table is not None:
+            if table.name.removesuffix(".gz").endswith(".tsv"):
+                check_table(table, _table_columns(table, checked=False))
+            else:
+                check_table(table)
             tables[split] = table
         elif not languages:
             found = split_stems(path)
@@ -422,11 +471,12 @@ def table_languages(table: Path, values: dict, named: set[str]) -> dict:
     return {name: read[name] for name in missing}
 
 
-def _table_columns(table: Path) -> list[str] | None:
+def _table_columns(table: Path, checked: bool = True) -> list[str] | None:
     """The column names of a table from its first line: a TSV's header, a JSON Lines object's keys (the languages
-    of its `translation` column, if it has one). None where the first line is not one JSON object."""
+    of its `translation` column, if it has one). None where the first line is not one JSON object. A first line that
+    is not UTF-8 (`checked` False: before `check_table`) leaves its bytes replaced: `check_table` names it."""
     opener = gzip.open if table.name.endswith(".gz") else open
-    with opener(table, "rt", encoding="utf-8", newline="") as f:
+    with opener(table, "rt", encoding="utf-8", errors="strict" if checked else "replace", newline="") as f:
         first = f.readline()
     if table.name.removesuffix(".gz").endswith(".tsv"):
         return first.rstrip("\r\n").split("\t")
@@ -511,7 +561,27 @@ def output_dir_problem(out_dir: Path, resume, overwrite: bool) -> str | None:
 
 
 def check_output_dir(values: dict) -> None:
-    out_dir = Path(values.get("output_dir") or DEFAULT_OUTPUT_DIR)
-    problem = output_dir_problem(out_dir, values.get("resume_from_checkpoint"), values.get("overwrite_output_dir"))
+    out_dir = Path(values["output_dir"])
+    problem = writable_directory_problem(out_dir) or output_dir_problem(
+        out_dir, values.get("resume_from_checkpoint"), values.get("overwrite_output_dir")
+    )
     if problem:
         raise ValueError(re.sub(r"`(\w+)`", r"--\1", problem))
+
+
+def writable_directory_problem(out_dir: Path) -> str | None:
+    """Why the run cannot write into `out_dir`, or None: it (or a directory above it) is a file, or its nearest
+    existing directory takes no new entry (tried with one created and removed at once)."""
+    existing = next(path for path in (out_dir, *out_dir.parents) if path.exists() or path == Path(path.anchor or "."))
+    if not existing.is_dir():
+        which = "is a file" if existing == out_dir else f"is inside the file {str(existing)!r}"
+        return f"`output_dir` {str(out_dir)!r} {which}: name a directory for the run (it is created if need be)."
+    try:
+        tempfile.TemporaryDirectory(dir=existing, prefix=".vanilla-transformer-").cleanup()
+    except OSError as error:
+        where = "in it" if existing == out_dir else f"in {str(existing)!r}"
+        return (
+            f"`output_dir` {str(out_dir)!r}: nothing can be created {where} ({error.strerror}); choose a directory "
+            f"you can write to."
+        )
+    return None
