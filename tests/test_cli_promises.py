@@ -111,3 +111,43 @@ def test_train_without_output_dir_writes_under_runs_and_says_so(tmp_path, monkey
         command.train([*train(corpus)[1:], "--report_to", "none"])
     assert "No --output_dir: the run writes runs/my_corpus_en_de_small" in caplog.text
 
+
+def test_demo_mds_api_example_asks_for_a_layer_the_default_model_has():
+    # docs/demo.md's `client.predict(...)`: its last value is the alignment's layer, which the page's dropdown
+    # refuses beyond the model's decoder layers (0-2 for the shipped models).
+    text = (ROOT / "docs" / "demo.md").read_text(encoding="utf-8")
+    values = re.search(r"client\.predict\(\s*(.*?),\s*api_name=", text, re.S)[1].split(",")
+    layers = json.loads((PRETRAINED_DIR / DEFAULT_MODEL / "config.json").read_text())["decoder_layers"]
+    assert 0 <= int(values[-1]) < layers
+    assert f"0-{layers - 1}\nfor the shipped models" in text
+
+
+def test_attention_takes_every_format_matplotlib_writes_and_refuses_others(tmp_path, monkeypatch, capsys):
+    # docs/attention.md: the extension picks the format (.jpg too); another is one line listing them, before loading.
+    pytest.importorskip("matplotlib")
+
+    def load(*args, **kwargs):
+        raise Loaded("the figure's format was accepted")
+
+    monkeypatch.setattr("vanilla_transformer.translation.loading.load_config", load)
+    argv = ["attention", "--model", DEFAULT_MODEL, "A man sleeps.", "--output", str(tmp_path / "cross.xyz")]
+    status, err = run_command(argv, capsys)
+    assert_refused_in_one_line(status, err, argv, "--output", "a format matplotlib writes: .png, .svg, .pdf (or")
+    assert ".jpg" in err and ".eps" in err
+    text = (ROOT / "docs" / "attention.md").read_text(encoding="utf-8")
+    for extension in (".jpg", ".eps", ".tif", ".webp"):
+        assert f"`{extension}`" in text
+        with pytest.raises(Loaded):
+            run_command([*argv[:-1], str(tmp_path / f"cross{extension}")], capsys)
+    assert sorted(tmp_path.iterdir()) == []
+
+
+def test_training_md_names_the_checks_made_before_torch():
+    # docs/training.md's list of what is checked in a fraction of a second: the table's rows above run --bf16,
+    # --max_train_minutes, one language twice and --output_dir each in a process that imports neither torch nor
+    # transformers; this holds the list.
+    text = " ".join((ROOT / "docs" / "training.md").read_text(encoding="utf-8").split())
+    assert "before torch and transformers load, in a fraction of a second (0.1-0.3 s measured)" in text
+    for named in ("two different languages", "`--bf16`", "`--max_train_minutes`", "`--output_dir`"):
+        assert named in text.split("in a fraction of a second")[1].split("The other options")[0]
+    assert "about a tenth of a second" not in text

@@ -41,7 +41,13 @@ def add_attention_parser(commands) -> None:
         metavar="NAME_PATH_OR_REPO",
         help="a shipped model's name, a checkpoint directory or a Hub repo id (with its tokenizer)",
     )
-    a.add_argument("--output", required=True, metavar="FILE.png", help="where to write the figure (PNG, SVG, PDF)")
+    a.add_argument(
+        "--output",
+        required=True,
+        metavar="FILE.png",
+        help="where to write the figure; its extension picks the format: .png, .svg, .pdf or another that matplotlib "
+        "writes (.jpg, .eps, ...)",
+    )
     a.add_argument("--target", default=None, help="the translation to analyse (default: the model's own)")
     a.add_argument(
         "--kind",
