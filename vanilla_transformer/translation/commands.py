@@ -137,11 +137,16 @@ def check_translate(args) -> int | None:
 
 
 def _input_lines(args):
-    """The input's lines, read lazily, or None for an empty input, which is then written (an empty --output) and
-    reported in one line. The first line is read here, before the model loads: standard input is waited for, and a
-    first line that is not UTF-8 fails before any loading."""
+    """The input's lines, read lazily; or the exit status where there is nothing to translate: 0 for an empty input
+    (written as an empty --output, and said in one line), 130 for Ctrl-C while waiting for it. The first line is
+    read here, before the model loads: standard input is waited for, and a first line that is not UTF-8 fails
+    before any loading."""
     lines = iter_lines(args.input)
-    first = next(lines, None)
+    try:
+        first = next(lines, None)
+    except KeyboardInterrupt:
+        print(f"{PROG} translate: interrupted before the first line was read; nothing is written.", file=sys.stderr)
+        return 130
     if first is not None:
         return itertools.chain([first], lines)
     with line_writer(args.output):
@@ -149,7 +154,7 @@ def _input_lines(args):
     source = "standard input" if args.input == "-" else f"--input {args.input}"
     written = "" if args.output == "-" else f"; {args.output} is written, empty"
     print(f"{PROG} translate: {source} is empty: nothing to translate{written}.", file=sys.stderr)
-    return None
+    return 0
 
 
 def _kept(args, done: int) -> str:
@@ -219,12 +224,12 @@ def cmd_translate(args) -> int:
     if args.engine == "ctranslate2":
         return cmd_translate_ctranslate2(args, options)
     total = check_translate(args)  # again, for a caller that did not run main: nothing here is loaded yet
-    lines = _input_lines(args)
-    if lines is None:
-        return 0
     from .loading import load_model, resolve_device
 
-    device = resolve_device(args.device)
+    device = resolve_device(args.device)  # a device this machine lacks is said before standard input is waited for
+    lines = _input_lines(args)
+    if isinstance(lines, int):  # nothing to translate
+        return lines
     model, tokenizer = load_model(
         args.model,
         revision=args.revision,
@@ -276,8 +281,8 @@ def cmd_translate_ctranslate2(args, options: dict) -> int:
             f"written by `{PROG} export ctranslate2 MODEL OUTPUT_DIR`."
         )
     lines = _input_lines(args)
-    if lines is None:
-        return 0
+    if isinstance(lines, int):  # nothing to translate
+        return lines
     try:
         ct2 = import_ctranslate2()
     except ImportError as error:
