@@ -147,7 +147,7 @@ def test_training_md_names_the_checks_made_before_torch():
     # --max_train_minutes, one language twice and --output_dir each in a process that imports neither torch nor
     # transformers; this holds the list.
     text = " ".join((ROOT / "docs" / "training.md").read_text(encoding="utf-8").split())
-    assert "before torch and transformers load, in a fraction of a second (0.1-0.3 s measured)" in text
+    assert "before torch and transformers load, in a fraction of a second (0.1-0.3 s measured" in text
     for named in ("two different languages", "`--bf16`", "`--max_train_minutes`", "`--output_dir`"):
         assert named in text.split("in a fraction of a second")[1].split("The other options")[0]
     assert "about a tenth of a second" not in text
