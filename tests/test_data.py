@@ -158,7 +158,7 @@ def test_line_files_cache_follows_the_files(tmp_path):
 def test_error_line_file_not_utf8(tmp_path, cache):
     (tmp_path / "train.en").write_bytes("a\nStra\u00dfe\n".encode("latin-1"))
     (tmp_path / "train.de").write_text("a\nb\n", encoding="utf-8")
-    with pytest.raises(ValueError, match=r"train\.en' is not UTF-8 text \(byte 6 is b'\\xdf'\): convert it"):
+    with pytest.raises(ValueError, match=r"train\.en' is not UTF-8: line 2 has the byte b'\\xdf'; convert the file"):
         load_parallel_corpus(tmp_path, "en", "de", splits=("train",), cache_dir=cache)
 
 

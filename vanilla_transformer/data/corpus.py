@@ -34,7 +34,15 @@ import pyarrow.compute as pc
 from datasets.arrow_writer import ArrowWriter
 from datasets.fingerprint import Hasher
 
-from .files import check_pair_args, check_table, find_line_file, find_table, line_file_languages, split_stems
+from .files import (
+    check_pair_args,
+    check_table,
+    decode_utf8,
+    find_line_file,
+    find_table,
+    line_file_languages,
+    split_stems,
+)
 
 
 logger = logging.getLogger(__name__)
@@ -371,7 +379,7 @@ def _line_lists(path: Path) -> Iterator[list[str]]:
     CR before it), in lists, read in binary blocks: cutting a block after its last "\n" never splits a UTF-8
     character, and `str.split` does the per-line work in C."""
     opener = gzip.open if path.name.endswith(".gz") else open
-    rest, offset = b"", 0  # `rest` starts at byte `offset` of the (uncompressed) file
+    rest, number = b"", 0  # `rest` starts at line `number + 1` of the (uncompressed) file
     with opener(path, "rb") as f:
         while block := f.read(_READ_BYTES):
             end = block.rfind(b"\n")
@@ -379,22 +387,13 @@ def _line_lists(path: Path) -> Iterator[list[str]]:
                 rest += block
                 continue
             data, rest = rest + block[: end + 1], block[end + 1 :]
-            text = _decode(data, path, offset)
-            offset += len(data)
-            yield _strip_cr(text.split("\n")[:-1], text)
+            text = decode_utf8(data, path, number)
+            lines = text.split("\n")[:-1]
+            number += len(lines)
+            yield _strip_cr(lines, text)
     if rest:  # a last line without "\n"
-        text = _decode(rest, path, offset)
+        text = decode_utf8(rest, path, number)
         yield _strip_cr([text], text)
-
-
-def _decode(data: bytes, path: Path, offset: int) -> str:
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as error:
-        raise ValueError(
-            f"Data file {str(path)!r} is not UTF-8 text (byte {offset + error.start} is "
-            f"{data[error.start : error.start + 1]!r}): convert it to UTF-8, e.g. `iconv -f latin1 -t utf-8`."
-        ) from None
 
 
 def _strip_cr(lines: list[str], text: str) -> list[str]:

@@ -87,15 +87,21 @@ def check_table(path: Path, header: list[str] | None = None) -> None:
 
 def _table_lines(data: bytes, path: Path, number: int) -> list[str]:
     """The lines of `data` (whole lines; line `number + 1` of `path` first), decoded, without their line ends."""
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as error:
-        line = number + data.count(b"\n", 0, error.start) + 1
-        raise ValueError(
-            f"{str(path)!r} is not UTF-8: line {line} has the byte {data[error.start : error.start + 1]!r}; convert "
-            f"the file to UTF-8 from its encoding, e.g. `iconv -f latin1 -t utf-8 FILE > FILE.utf8` for Latin-1."
-        ) from None
+    text = decode_utf8(data, path, number)
     lines = text.split("\n")
     if lines[-1] == "":  # after the last "\n"
         lines.pop()
     return [line[:-1] if line.endswith("\r") else line for line in lines]
+
+
+def decode_utf8(data: bytes, path: Path, lines_before: int) -> str:
+    """`data` (whole lines of `path`, the first its line `lines_before + 1`) decoded; else a ValueError naming the
+    file, the line and the conversion."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = lines_before + data.count(b"\n", 0, error.start) + 1
+        raise ValueError(
+            f"{str(path)!r} is not UTF-8: line {line} has the byte {data[error.start : error.start + 1]!r}; convert "
+            f"the file to UTF-8 from its encoding, e.g. `iconv -f latin1 -t utf-8 FILE > FILE.utf8` for Latin-1."
+        ) from None
