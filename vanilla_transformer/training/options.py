@@ -528,6 +528,8 @@ HELP_TEXTS = {
     "hub_model_id": "The Hub repo to publish to: 'namespace/name', or 'name' in your namespace. Default: the name "
     "of --output_dir.",
     "max_steps": "Updates to train for (with --max_train_minutes, at most this many); -1: --num_train_epochs decides.",
+    "output_dir": "Where the run writes its model, checkpoints and report. Default: the recipe's, else "
+    "runs/DATASET_SRC_TGT_PRESET (runs/my_corpus_en_cs_small), as the recipes name theirs.",
     "dataloader_num_workers": "Processes that load the batches; 0: the training process itself.",
     "use_cpu": "Train on the CPU even with an accelerator. Default: true where torch finds none, else false.",
     "hub_private_repo": "Create the Hub repo private. Visibility is chosen only when the repo is created: true with "
