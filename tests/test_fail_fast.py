@@ -191,6 +191,24 @@ def test_an_existing_output_is_replaced_only_by_a_finished_run(tiny_model, sourc
     assert sorted(os.listdir(tmp_path)) == ["out.de"] and output.stat().st_mode & 0o777 == 0o640
 
 
+def test_a_crash_part_way_keeps_the_finished_windows_and_says_where(tiny_model, source, tmp_path, monkeypatch, capsys):
+    real, calls = translate_module.translate, []
+
+    def translate(model, tokenizer, sentences, **kwargs):  # the third window runs out of memory
+        calls.append(len(sentences))
+        if len(calls) == 3:
+            raise RuntimeError("out of memory")
+        return real(model, tokenizer, sentences, **kwargs)
+
+    monkeypatch.setattr(translate_module, "translate", translate)
+    (tmp_path / "out.de").write_text("earlier output\n", encoding="utf-8")
+    with pytest.raises(RuntimeError, match="out of memory"):  # an unexpected error keeps its traceback
+        run_translate(tiny_model, source, tmp_path / "out.de", "--window", "6")
+    assert "stopped by the error below; the translations of the first 12 lines are in" in capsys.readouterr().err
+    assert (tmp_path / "out.de").read_text(encoding="utf-8") == "earlier output\n"
+    assert len((tmp_path / "out.de.partial").read_text(encoding="utf-8").splitlines()) == 12
+
+
 def test_an_input_that_is_not_utf8_fails_before_loading_and_keeps_the_output(tmp_path, nothing_loads, capsys):
     # Issue 58's repro: a Latin-1 line used to truncate the existing output to 0 bytes once the model had loaded.
     (tmp_path / "k.out").write_text("keep\n", encoding="utf-8")
