@@ -21,7 +21,7 @@ from accelerate.utils import broadcast
 from tqdm.auto import tqdm
 from transformers import ProgressCallback, TrainerCallback
 
-from .options import warmup_for_speed
+from .options import WARMUP_SHARE, warmup_for_speed
 from .schedule import NoamLR
 
 
@@ -73,7 +73,7 @@ class TimeLimit(TrainerCallback):
 class WarmupFitter(TrainerCallback):
     """Fits the warm-up of a time-limited run of the paper's schedule to the speed measured in the run: after its first
     updates (update 1, the start-up, left out; then FIT_UPDATES updates, or fewer once they took FIT_SHARE of the
-    limit, at least 2), the warm-up becomes at most a fifth of the updates that speed projects into the limit
+    limit, at least 2), the warm-up becomes at most a quarter of the updates that speed projects into the limit
     (`options.warmup_for_speed`), through `NoamLR.set_warmup`; with `scale_factor` (the command line did not set
     `lr_factor`), the factor is scaled by sqrt(fitted / before) to keep the peak. `args.warmup_steps`, `args.lr_factor`
     and `args.warmup_fitted` (results.json's record) follow. A resumed run is not fitted again: it keeps the warm-up of
@@ -125,13 +125,14 @@ class WarmupFitter(TrainerCallback):
         args.warmup_steps, args.lr_factor = warmup, factor
         logger.info(
             "Warm-up fitted to this run's speed: %.2f updates/s over updates %d-%d, so about %s updates in the time "
-            "limit, and a warm-up of %s updates (at most a fifth of them; the recipe's: %s), lr_factor %g; "
+            "limit, and a warm-up of %s updates (at most %.0f%% of them; the recipe's: %s), lr_factor %g; "
             "--warmup_steps sets it.",
             rate,
             first + 1,
             step,
             f"{expected:,}",
             f"{warmup:,}",
+            100 * WARMUP_SHARE,
             f"{before:,}",
             factor,
         )

@@ -169,10 +169,13 @@ def log_recipe(training_args, run_args: RunArguments, train_pairs: int) -> None:
             else "",
         )
     if training_args.fit_warmup_to_speed:
+        from .options import WARMUP_SHARE
+
         logger.info(
-            "Warm-up: %s updates until this run has measured its speed over its first updates, then at most a fifth "
+            "Warm-up: %s updates until this run has measured its speed over its first updates, then at most %.0f%% "
             "of the updates it will make in --max_train_minutes %s; --warmup_steps sets it.",
             f"{training_args.warmup_steps:,}",
+            100 * WARMUP_SHARE,
             run_args.max_train_minutes,
         )
 

@@ -56,9 +56,11 @@ MODEL_PRESETS = tuple(PRESETS)  # --preset: the model sizes of the paper's Table
 KEEP_CHECKPOINTS = ("averaged", "last", "all")  # --keep_checkpoints: see RunArguments
 LR_SCHEDULES = ("noam", "trainer")
 # The largest share of a run's updates that a warm-up the command line did not set takes: of a `max_steps` budget
-# (`fit_warmup`), or of the updates a time-limited run is measured to make in its limit (`warmup_for_speed`): about the
-# Multi30k presets' share of their hour (docs/training.md, "A warm-up fitted to the run").
-WARMUP_SHARE = 0.2
+# (`fit_warmup`), or of the updates a time-limited run is measured to make in its limit (`warmup_for_speed`). The
+# largest share a shipped recipe's warm-up takes of its own hour, so that no hour on the machine it was chosen on gets
+# a shorter one: float32, 1,600 of 6,160-6,306 updates (bench/multi30k_search.md); bfloat16, 800 of ~6,000
+# (docs/training.md, "A warm-up fitted to the run").
+WARMUP_SHARE = 0.25
 
 
 def fit_warmup(warmup: float, minutes: float | None, preset_minutes: float | None, max_steps: int) -> float:
@@ -67,7 +69,7 @@ def fit_warmup(warmup: float, minutes: float | None, preset_minutes: float | Non
     (the Multi30k presets' 60), and at most WARMUP_SHARE of `max_steps` (when positive). A warm-up below 1 (a ratio
     of `max_steps`, the Trainer's convention) already scales and is returned as it is.
 
-    Why: a warm-up is sized for its run. The float32 recipe's 1,600 updates are a fifth of its hour; a 10-minute run
+    Why: a warm-up is sized for its run. The float32 recipe's 1,600 updates are a quarter of its hour; a 10-minute run
     makes ~1,400 updates, and would stop inside that warm-up with a model that cannot have learned. (`parse_args`
     also scales `lr_factor` by sqrt(fitted / warmup), unless the command line sets it, to keep the schedule's peak.)"""
     if warmup < 1:
@@ -89,7 +91,7 @@ def warmup_for_speed(
 
     Why measured: a recipe's warm-up is sized for its hour on the machine it was chosen on (800 of ~6,000 bfloat16
     updates). Scaled to a shorter limit at that machine's speed, it swallowed a 4-minute run on a busy 2-core CPU
-    (40 updates inside a warm-up of 53); fitted to the run's own speed, it is a fifth of them (8)."""
+    (40 updates inside a warm-up of 53); fitted to the run's own speed, it is a quarter of them (10)."""
     expected = done + updates_per_second * seconds_left
     if max_steps > 0:
         expected = min(expected, max_steps)
