@@ -18,7 +18,7 @@ pip=("$venv/bin/python" -m pip install -q)
 # The machine's versions where they were read there (docs/performance.md); sacrebleu, pyarrow, pandas, regex and the
 # rest (matplotlib and tensorboard: the plot extra) are there in versions not read: pip takes the newest. pytest
 # for the suite.
-"${pip[@]}" accelerate==1.15.0 huggingface_hub==1.33.0 tokenizers==0.23.2 safetensors==0.8.0 numpy==2.5.2 \
+"${pip[@]}" transformers==5.17.0 accelerate==1.15.0 huggingface_hub==1.33.0 tokenizers==0.23.2 safetensors==0.8.0 numpy==2.5.2 \
     sacrebleu pyarrow pandas xxhash regex click joblib requests jinja2 tqdm typer pyyaml "fsspec[http]" matplotlib \
     tensorboard pytest
 [ -d .whl ] || bash bench/gpu_wheels.sh

@@ -5,10 +5,9 @@
 # That machine has no network. Its Python 3.12 holds torch 2.11.0, transformers 5.17.0, huggingface_hub 1.33.0,
 # tokenizers 0.23.2, safetensors 0.8.0, accelerate 1.15.0, numpy 2.5.2 and sacrebleu, pyarrow, pandas, fsspec,
 # xxhash, regex, click, joblib, requests, jinja2, tqdm, typer, ... ; it lacks datasets, evaluate, sacremoses, dill and
-# multiprocess. So the wheels are: transformers 5.24 and huggingface_hub 2.4 (the package's floors; hub 2.4 with its
-# HTTP client httpx2), those five, nothing else. tokenizers 0.23.2 satisfies transformers 5.24 and runs the suite
-# (bench/gpu_venv.sh), so it is not carried. What is there in a version not read
-# (pyarrow: datasets 5.2 needs >= 24) is listed at the end, unchecked.
+# multiprocess. The package runs on the machine's transformers and huggingface_hub (pyproject.toml declares
+# transformers 5.17 and huggingface_hub 1.33 as its floors), so the wheels are those five, nothing else. What is there
+# in a version not read (pyarrow: datasets 5.2 needs >= 24) is listed at the end, unchecked.
 #
 # Usage (from the repository root): bash bench/gpu_wheels.sh
 # Then carry `.whl` in the device call; the device command line is in docs/performance.md.
@@ -16,9 +15,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 WHEELS=(
-    transformers==5.24.0
-    huggingface_hub==2.4.0  # the package's floor (the Hub tests fail on the machine's 1.33)
-    httpx2==2.16.2 httpcore2==2.16.2 truststore==0.10.5  # huggingface_hub 2.4's HTTP client
     datasets==5.2.0
     evaluate==0.4.6
     sacremoses==0.2.0

@@ -117,7 +117,9 @@ def main() -> None:
         src = json.loads((args.models_dir / name / "results.json").read_text())["src_lang"]
         sentences = read_lines(args.data_dir / f"test_2016_flickr.{src}.gz", args.sentences)
         began = time.perf_counter()
-        results |= {f"{name}.{key}": value for key, value in run(args.models_dir / name, sentences, args.batch_size).items()}
+        results |= {
+            f"{name}.{key}": value for key, value in run(args.models_dir / name, sentences, args.batch_size).items()
+        }
         print(f"{name}: {time.perf_counter() - began:.0f} s", flush=True)
     save_file(results, str(args.output), metadata={"transformers": transformers.__version__})
     if args.compare is None:

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 from helpers import TINY_SIZES
-from support.hub_server import HOST, LFS_SIZE_THRESHOLD, LoopbackHub
+from support.hub_server import CDN_HOST, HOST, LFS_SIZE_THRESHOLD, LoopbackHub
 
 
 TESTS_DIR = Path(__file__).resolve().parent
@@ -498,9 +498,10 @@ def _get(url: str):
 def test_binds_loopback_only_and_stops():
     hub = LoopbackHub().start()
     try:
-        assert hub.endpoint.startswith(f"http://{HOST}:") and hub.cdn.startswith(f"http://{HOST}:")
+        assert hub.endpoint.startswith(f"http://{HOST}:") and hub.cdn.startswith(f"http://{CDN_HOST}:")
         assert hub.endpoint != hub.cdn
-        assert all(server.server_address[0] == HOST for server in hub._servers)
+        assert [server.server_address[0] for server in hub._servers] == [HOST, CDN_HOST]
+        assert all(address.startswith("127.") for address in (HOST, CDN_HOST))  # loopback only
         assert _get(f"{hub.endpoint}/api/agent-harnesses") == (200, {"standardEnvVars": [], "harnesses": {}})
     finally:
         hub.stop()

@@ -140,7 +140,7 @@ def test_both_sides_of_the_cache_rename(monkeypatch, recwarn):
 
     assert (modeling.cache_field(Before), modeling.cache_field(Since)) == ("past_key_values", "cache")
     assert modeling.with_cache(Before, "kv").past_key_values == "kv" and modeling.with_cache(Since, "kv").cache == "kv"
-    assert modeling.CACHE_NAME == modeling.cache_field(Seq2SeqLMOutput)
+    assert modeling.cache_field(Seq2SeqLMOutput) == modeling.CACHE_NAME
 
     def forward(self, cache=None):
         return cache

@@ -7,7 +7,7 @@ from the package registries. This module speaks enough of the Hub's HTTP API tha
 `model_info`, `list_repo_tree`, `list_repo_commits`, `hf_hub_download`, `snapshot_download`,
 `from_pretrained` and `push_to_hub`. The comments below say which client behaviour each answer serves.
 
-    with LoopbackHub() as hub:                    # binds 127.0.0.1 on two free ports, stops on exit
+    with LoopbackHub() as hub:                    # binds 127.0.0.1 and 127.0.0.2 (the CDN), stops on exit
         env = hub.client_env(hf_home=tmp_dir)     # HF_ENDPOINT, HF_TOKEN, HF_HUB_DISABLE_XET=1, ...
         subprocess.run([sys.executable, "client.py"], env=env)
 
@@ -64,6 +64,10 @@ from urllib.parse import parse_qs, quote, unquote, urlencode, urlsplit
 logger = logging.getLogger(__name__)
 
 HOST = "127.0.0.1"  # never anything else: the server must not be reachable from outside the machine
+# The CDN on another loopback address (Linux routes all of 127.0.0.0/8 to the loopback device): another host name,
+# as the Hub's CDN has, so that clients which follow same-host redirects (huggingface_hub 1.x) read the LFS
+# redirect's own headers, as they do on the Hub.
+CDN_HOST = "127.0.0.2"
 
 # The Hub's rule for what must go through LFS (it rejects such files inlined in a commit): bigger than 10 MB,
 # binary (a NUL byte in the first 512 bytes, the `sample` the client sends), or matching a `filter=lfs`
@@ -1060,7 +1064,7 @@ class _Server(ThreadingHTTPServer):
 
 
 class LoopbackHub:
-    """A Hub on 127.0.0.1 (two free ports: API and CDN), in memory, for one test session.
+    """A Hub on loopback (API on 127.0.0.1, CDN on 127.0.0.2, free ports), in memory, for one test session.
 
     Args:
         tokens: access token -> user name. Default `{"hf_valid_tester": "tester", "hf_valid_other": "other"}`;
@@ -1120,13 +1124,13 @@ class LoopbackHub:
     def start(self) -> LoopbackHub:
         if self._servers:
             return self
-        for kind, routes in (("api", API_ROUTES), ("cdn", CDN_ROUTES)):
-            server = _Server((HOST, 0), _Handler)  # port 0: the OS picks a free port
+        for kind, routes, host in (("api", API_ROUTES, HOST), ("cdn", CDN_ROUTES, CDN_HOST)):
+            server = _Server((host, 0), _Handler)  # port 0: the OS picks a free port
             server.hub, server.kind, server.routes = self, kind, _compile(routes)
             threading.Thread(target=server.serve_forever, name=f"loopback-hub-{kind}", daemon=True).start()
             self._servers.append(server)
         self.endpoint = f"http://{HOST}:{self._servers[0].server_address[1]}"
-        self.cdn = f"http://{HOST}:{self._servers[1].server_address[1]}"
+        self.cdn = f"http://{CDN_HOST}:{self._servers[1].server_address[1]}"
         if self.max_seconds is not None:
             self._timer = threading.Timer(self.max_seconds, self.stop)
             self._timer.daemon = True
@@ -1170,8 +1174,8 @@ class LoopbackHub:
             HF_HUB_DISABLE_XET="1",
             HF_HUB_DISABLE_TELEMETRY="1",
             HF_HUB_DISABLE_UPDATE_CHECK="1",
-            NO_PROXY="127.0.0.1,localhost",
-            no_proxy="127.0.0.1,localhost",
+            NO_PROXY="127.0.0.1,127.0.0.2,localhost",
+            no_proxy="127.0.0.1,127.0.0.2,localhost",
         )
         if quiet:
             env["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
