@@ -139,8 +139,10 @@ def test_both_sides_of_the_cache_rename(monkeypatch, recwarn):
         cache: object = None
 
     assert (modeling.cache_field(Before), modeling.cache_field(Since)) == ("past_key_values", "cache")
-    assert modeling.with_cache(Before, "kv").past_key_values == "kv" and modeling.with_cache(Since, "kv").cache == "kv"
     assert modeling.cache_field(Seq2SeqLMOutput) == modeling.CACHE_NAME
+    for side, output_class in (("past_key_values", Before), ("cache", Since)):
+        monkeypatch.setattr(modeling, "CACHE_NAME", side)
+        assert getattr(modeling.with_cache(output_class, "kv", logits=1), side) == "kv"
 
     def forward(self, cache=None):
         return cache

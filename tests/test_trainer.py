@@ -16,7 +16,7 @@ import datasets
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import TINY_SIZES, read_multi30k, subprocess_env
+from helpers import TINY_SIZES, cache_of, read_multi30k, subprocess_env
 from transformers import DataCollatorForSeq2Seq, ProgressCallback, TrainerCallback
 
 from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
@@ -408,7 +408,7 @@ def test_evaluation_encodes_each_batch_once_without_cache_in_length_order(tmp_pa
 
     def on_forward(module, args, kwargs, output):
         if kwargs.get("encoder_outputs") is None:  # the loss forward (generation's steps reuse the encoding)
-            loss_forwards.append(output.cache)
+            loss_forwards.append(cache_of(output))
 
     model.register_forward_hook(on_forward, with_kwargs=True)
     trainer.evaluate()

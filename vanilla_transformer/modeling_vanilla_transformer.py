@@ -69,8 +69,9 @@ CACHE_NAME = cache_field(Seq2SeqLMOutput)  # the name `generate` passes the cach
 
 
 def with_cache(output_class: type, cache: Cache | None, **fields):
-    """`output_class(**fields)` holding `cache` in the running transformers' field."""
-    return output_class(**fields, **{cache_field(output_class): cache})
+    """`output_class(**fields)` holding `cache` in the running transformers' field (one name for all its output
+    classes; read once, above: a `dataclasses.fields` call here would break `torch.compile`'s graph)."""
+    return output_class(**fields, **{CACHE_NAME: cache})
 
 
 def takes_cache(removed_in: str):
