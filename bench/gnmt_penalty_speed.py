@@ -1,8 +1,9 @@
 """Decoding speed with the GNMT length penalty (`length_penalty_form="gnmt"`, section 6.1's decoding) against
 transformers' own beam search (the default form, |Y| ** alpha), on the same sentences in the same run.
 
-The GNMT form runs inside transformers' `_beam_search` (modeling_vanilla_transformer.py overrides the helpers that
-apply the penalty, nothing else), so the target is "within 5%" of the stock search. A randomly initialised model of
+The GNMT form runs the package's search (`gnmt_beam_search`, modeling_vanilla_transformer.py: transformers' beam
+search operation for operation, with the GNMT rules, through `generate`'s `custom_generate` hook), so the target is
+"within 5%" of the stock search. A randomly initialised model of
 a preset (default `small`) translates the first `--sentences` Multi30k EN validation sentences in batches, beam 4,
 alpha 0.6; the two forms are timed batch by batch one after the other, `--reps` times, and the sums over the batches of
 each batch's fastest time are compared (robust to other jobs on the machine), in three settings:
