@@ -1,4 +1,4 @@
-"""bench/gpu_check.py, the device check, run end to end on the CPU at tiny sizes (`--smoke`): every part writes its
+"""scripts/gpu_check.py, the device check, run end to end on the CPU at tiny sizes (`--smoke`): every part writes its
 JSON lines, with the fields the device run is read by, and the correctness checks pass here."""
 
 import json
@@ -11,7 +11,7 @@ from helpers import MULTI30K, subprocess_env
 
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "bench" / "gpu_check.py"
+SCRIPT = ROOT / "scripts" / "gpu_check.py"
 COMMON = ("check", "device", "dtype", "torch", "cuda", "transformers")
 
 

@@ -299,7 +299,7 @@ SHIPPED_CARDS = sorted(
 @pytest.mark.parametrize("results_path", SHIPPED_CARDS, ids=lambda p: p.parent.name)
 def test_the_shipped_cards_are_what_the_template_writes_from_their_results(results_path):
     """Each shipped model's card (vanilla_transformer/pretrained/NAME/README.md) is today's template rendered from
-    its results.json (BLEU of the shipped weights on validation and test: bench/ship_model.py), with the model's own
+    its results.json (BLEU of the shipped weights on validation and test: scripts/ship_model.py), with the model's own
     config. `VANILLA_TRANSFORMER_UPDATE_CARDS=1` rewrites them after a template change."""
     from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 

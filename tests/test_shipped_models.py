@@ -1,6 +1,6 @@
 """The trained models that ship in `vanilla_transformer/pretrained/`: complete Hub repositories whose code is the
 package's, that translate by their short name from the command line, `from_pretrained` and `pipeline`, and load with
-only transformers; their published BLEU is rescored by `bench/rescore_shipped.py` (slow)."""
+only transformers; their published BLEU is rescored by `scripts/rescore_shipped.py` (slow)."""
 
 import json
 import subprocess
@@ -63,7 +63,7 @@ def test_each_shipped_folder_is_the_hub_repository_push_uploads(name):
 @pytest.mark.parametrize("name", SHIPPED)
 def test_the_remote_code_files_are_the_packages(name):
     """What a user with only transformers runs is this package's code, byte for byte (re-ship after a change:
-    `python bench/ship_model.py`, or copy the files)."""
+    `python scripts/ship_model.py`, or copy the files)."""
     folder = PRETRAINED_DIR / name
     code = sorted(p.name for p in folder.glob("*.py"))
     assert code == sorted(n for n in files_to_push(folder) if n.endswith(".py"))  # what a remote-code load needs
@@ -177,11 +177,11 @@ def test_the_demo_serves_the_shipped_model_by_default():
 @pytest.mark.slow
 @needs_multi30k_clone
 def test_every_published_figure_is_the_shipped_models():
-    """bench/rescore_shipped.py: validation and test BLEU of every shipped folder, rescored now on all of Multi30k's
+    """scripts/rescore_shipped.py: validation and test BLEU of every shipped folder, rescored now on all of Multi30k's
     validation and test sets (the README's clone), equal its results.json and its card within 0.05 BLEU."""
     result = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "rescore_shipped.py"), "--data_dir", str(MULTI30K_CLONE)],
-        cwd=ROOT / "bench",
+        [sys.executable, str(ROOT / "scripts" / "rescore_shipped.py"), "--data_dir", str(MULTI30K_CLONE)],
+        cwd=ROOT / "scripts",
         env=subprocess_env(OMP_NUM_THREADS="2", MKL_NUM_THREADS="2"),
         capture_output=True,
         text=True,

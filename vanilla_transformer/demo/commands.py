@@ -122,7 +122,7 @@ def check_port(host: str, port: int) -> None:
 
 
 def source_language(model: str) -> str | None:
-    """The language a local model translates from, as the results.json that `train` and `bench/ship_model.py` write
+    """The language a local model translates from, as the results.json that `train` and `scripts/ship_model.py` write
     beside it says; None for a Hub repo id or a folder without one (the page then takes the two models as given)."""
     try:
         return json.loads((Path(model).expanduser() / "results.json").read_text(encoding="utf-8")).get("src_lang")

@@ -4,7 +4,7 @@ Each folder is a complete model repository, laid out as its Hugging Face Hub rep
 weights, tokenizer, generation config, the remote-code files, the model card as README.md, results.json, figures):
 `from_pretrained(shipped_model_path(NAME))` loads it, and `vanilla-transformer push` uploads it as it is. The
 commands take the short name wherever they take a model (`--model multi30k-en-de`); a local directory of the same
-name wins. `bench/ship_model.py` writes a folder from a training run, `bench/rescore_shipped.py` checks its figures.
+name wins. `scripts/ship_model.py` writes a folder from a training run, `scripts/rescore_shipped.py` checks its figures.
 
 Only the standard library is imported here: the command line resolves names before torch is loaded.
 """

@@ -1,6 +1,6 @@
 """Make a finished `vanilla-transformer train` run into a shipped model: `vanilla_transformer/pretrained/NAME/`.
 
-    python bench/ship_model.py runs/multi30k_en_de_small multi30k-en-de
+    python scripts/ship_model.py runs/multi30k_en_de_small multi30k-en-de
 
 What it does, in order:
 
@@ -19,7 +19,7 @@ What it does, in order:
    figures), the cross-attention figure of the shipped weights, the run's curves, and the model card (README.md),
    copied to `model_cards/NAME.md` (its row in `model_cards/README.md`'s table is written by hand: the test says it).
 
-`bench/rescore_shipped.py` checks every shipped folder's figures against a fresh scoring.
+`scripts/rescore_shipped.py` checks every shipped folder's figures against a fresh scoring.
 """
 
 from __future__ import annotations
@@ -32,7 +32,6 @@ import time
 from pathlib import Path
 
 import torch
-from _data import MULTI30K, read_lines
 from safetensors.torch import load_file, save_file
 
 import vanilla_transformer  # registers the Auto classes
@@ -43,6 +42,10 @@ from vanilla_transformer.hub.push import files_to_push
 from vanilla_transformer.modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from vanilla_transformer.translation.shipped import PRETRAINED_DIR
 from vanilla_transformer.translation.translate import translate
+
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))  # the benchmarks' Multi30k reader
+from _data import MULTI30K, read_lines  # noqa: E402
 
 
 PACKAGE = Path(vanilla_transformer.__file__).resolve().parent

@@ -1,6 +1,6 @@
 """docs/demo.png: the demo page of the shipped model, as a headless Chromium shows it after one translation.
 
-    python bench/demo_screenshot.py [--model multi30k-en-de] [--output docs/demo.png]
+    python scripts/demo_screenshot.py [--model multi30k-en-de] [--output docs/demo.png]
 
 Starts `vanilla-transformer demo --model MODEL` on 127.0.0.1, types the sentence into the page, presses Translate,
 waits for the translation and the cross-attention grids, and saves the screenshot. Needs the demo extra and Debian's

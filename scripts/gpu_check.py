@@ -7,8 +7,8 @@ float64 reference, which SDPA kernel runs, generation with and without the KV ca
 `throughput` (the `wmt14_en_de_base` model on WMT-like token batches: ours eager, ours compiled, Marian; tokens/s,
 MFU, memory, projected minutes for the paper's 100k updates), `train` (Multi30k EN->DE for ~3 minutes, test BLEU).
 
-    python bench/gpu_check.py --output gpu_check.jsonl                            # on the GPU
-    python bench/gpu_check.py --device cpu --smoke --output /tmp/smoke.jsonl      # every part, tiny, < 1 minute
+    python scripts/gpu_check.py --output gpu_check.jsonl                            # on the GPU
+    python scripts/gpu_check.py --device cpu --smoke --output /tmp/smoke.jsonl      # every part, tiny, < 1 minute
 """
 
 from __future__ import annotations
@@ -38,9 +38,9 @@ import transformers  # noqa: E402
 
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+sys.path[:0] = [str(REPO), str(REPO / "bench")]  # this checkout's package; Marian as our twin, from bench/
 
-from bench_vs_marian import marian_config_like  # noqa: E402  (bench/, the script's directory)
+from bench_vs_marian import marian_config_like  # noqa: E402
 from transformers import DataCollatorForSeq2Seq, MarianMTModel  # noqa: E402
 
 import vanilla_transformer  # noqa: E402

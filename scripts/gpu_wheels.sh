@@ -9,7 +9,7 @@
 # transformers 5.17 and huggingface_hub 1.33 as its floors), so the wheels are those five, nothing else. What is there
 # in a version not read (pyarrow: datasets 5.2 needs >= 24) is listed at the end, unchecked.
 #
-# Usage (from the repository root): bash bench/gpu_wheels.sh
+# Usage (from the repository root): bash scripts/gpu_wheels.sh
 # Then carry `.whl` in the device call; the device command line is in docs/performance.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -1,6 +1,6 @@
 """Rescore every shipped model and compare with what its folder publishes: results.json and the card's model-index.
 
-    python bench/rescore_shipped.py [NAME ...] [--data_dir DIR] [--tolerance 0.05]
+    python scripts/rescore_shipped.py [NAME ...] [--data_dir DIR] [--tolerance 0.05]
 
 `--data_dir` is Multi30k's `data/task1/raw` directory; by default `multi30k/data/task1/raw` where the README clones
 it (from the directory the command runs in), else `../shared/data/multi30k` beside the repository.
@@ -20,7 +20,6 @@ import time
 from pathlib import Path
 
 import torch
-from _data import MULTI30K, read_lines
 from huggingface_hub import ModelCard
 
 from vanilla_transformer.evaluation.bleu import compute_bleu_with_lowercase
@@ -28,6 +27,10 @@ from vanilla_transformer.translation.loading import load_model
 from vanilla_transformer.translation.precision import cpu_model_name
 from vanilla_transformer.translation.shipped import PRETRAINED_DIR, shipped_models
 from vanilla_transformer.translation.translate import translate
+
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))  # the benchmarks' Multi30k reader
+from _data import MULTI30K, read_lines  # noqa: E402
 
 
 def card_scores(folder: Path) -> dict[str, float]:
