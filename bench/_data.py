@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import gzip
 import itertools
-import json
 from pathlib import Path
 
 
@@ -43,34 +42,3 @@ def make_batches(tokenizer, source: list[str], target: list[str], batch_size: in
         labels = encoded["labels"].masked_fill(encoded["labels"] == tokenizer.pad_token_id, -100)
         batches.append(dict(input_ids=encoded["input_ids"], attention_mask=encoded["attention_mask"], labels=labels))
     return batches
-
-
-def read_run_split(run_dir: Path, data_dir: Path, split: str):
-    """What scoring a finished `train.py` run on a Multi30k split needs: the run's `results.json`, the split's source
-    and target lines in the run's direction, and the run's tokenizer."""
-    from transformers import AutoTokenizer
-
-    import vanilla_transformer  # noqa: F401  (registers the package's Auto classes: no remote-code prompt)
-
-    results = json.loads((run_dir / "results.json").read_text())
-    src, tgt = results["src_lang"], results["tgt_lang"]
-    sources = read_lines(data_dir / f"{split}.{src}.gz")
-    targets = read_lines(data_dir / f"{split}.{tgt}.gz")
-    return results, sources, targets, AutoTokenizer.from_pretrained(run_dir)
-
-
-def load_run_average(run_dir: Path, k: int, tmp: str):
-    """The average of the last `k` complete checkpoints of a training run, written to `tmp` and loaded: (model,
-    number of checkpoints averaged), or None when the run has fewer than two. As `vanilla-transformer train`
-    averages: only checkpoints written during the run's learning-rate cool-down when it had one (`results.json`)."""
-    from vanilla_transformer import VanillaTransformerForConditionalGeneration
-    from vanilla_transformer.checkpoints import complete_checkpoints
-    from vanilla_transformer.training.averaging import average_checkpoints
-
-    results = json.loads((run_dir / "results.json").read_text())
-    after = (results["training"]["hyperparameters"].get("lr_cooldown_updates") or [None])[0]
-    checkpoints = complete_checkpoints(run_dir, after=after)[-k:] if k else []
-    if len(checkpoints) < 2:
-        return None
-    model = VanillaTransformerForConditionalGeneration.from_pretrained(average_checkpoints(checkpoints, tmp))
-    return model, len(checkpoints)

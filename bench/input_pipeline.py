@@ -16,7 +16,7 @@
 
 Prints the CPU (model, cores, flags) first; writes one JSON object per measurement to `--output`.
 
-    python bench/input_pipeline.py --pairs 500000 --num_proc 2 --output bench/input_pipeline.jsonl
+    python bench/input_pipeline.py --pairs 500000 --num_proc 2 --output /tmp/input_pipeline.jsonl
     python bench/input_pipeline.py --output input_4.5M.jsonl        # 4.5M pairs, num_proc = the cores
 """
 

@@ -336,9 +336,9 @@ def test_tokenization_uses_the_cores_for_a_large_corpus_only(monkeypatch):
 
 
 def test_without_config_the_recipe_is_the_multi30k_presets_less_their_data():
-    """The recipe of a run without --recipe is the evidence of bench/multi30k_search.md: the Multi30k presets' options
-    less what names their data (languages, splits, files, output, the length filter); for a corpus of a million pairs
-    or more, the same with the paper's regularisation."""
+    """The recipe of a run without --recipe is the evidence of the Multi30k search (docs/results.md, How the recipe was
+    chosen): the Multi30k presets' options less what names their data (languages, splits, files, output, the length
+    filter); for a corpus of a million pairs or more, the same with the paper's regularisation."""
     small, large, multi30k = (
         json.loads((PRESETS_DIR / f"{name}.json").read_text())
         for name in ("own_data_small", "own_data_large", "multi30k_en_de_cpu")
