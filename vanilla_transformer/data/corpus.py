@@ -445,8 +445,8 @@ def _load_line_files(src_file: Path, tgt_file: Path, split: str, cache_dir) -> d
     # Written once to an Arrow file in the cache, keyed by both files' path, size and modification time, and
     # memory-mapped from there: the corpus is not held in RAM (WMT14 has 4.5M pairs), and `Dataset.map` on it
     # caches its results beside it. Written a record batch at a time, not row by row through
-    # `Dataset.from_generator`, whose per-row encoding made this the slowest step before tokenization
-    # (bench/README.md, `input_pipeline.py`).
+    # `Dataset.from_generator`, whose per-row encoding made this the slowest step before tokenization (11.4 CPU s
+    # per million pairs then, 2.3-2.9 now on CPU-B of docs/performance.md; bench/input_pipeline.py measures it).
     key = Hasher.hash([_file_stamp(src_file), _file_stamp(tgt_file), _LINE_FILES_FORMAT])
     directory = Path(cache_dir or datasets.config.HF_DATASETS_CACHE).expanduser() / "line_files" / key
     path = directory / f"{split}.arrow"
