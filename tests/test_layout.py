@@ -1,5 +1,5 @@
-"""The package's layout as DESIGN.md states it: no import cycle between its modules, remote-code files that import
-only torch, transformers and each other, the floors of docs/architecture.md, and functions one can read at once."""
+"""The package's layout as docs/architecture.md states it: no import cycle between its modules, remote-code files that
+import only torch, transformers and each other, the floors, and functions one can read at once."""
 
 import ast
 import sys

@@ -2,10 +2,10 @@
 
 No machine of this project reaches huggingface.co, and no Hub server that accepts uploads can be installed
 from the package registries. This module speaks enough of the Hub's HTTP API that the *real*
-`huggingface_hub` (2.4) and `transformers` (5.23) clients run against it unchanged: `create_repo`,
-`upload_folder` / `create_commit` (inline and LFS, single-part and multipart), `create_branch` / `create_tag`,
-`model_info`, `list_repo_tree`, `list_repo_commits`, `hf_hub_download`, `snapshot_download`,
-`from_pretrained` and `push_to_hub`. The comments below say which client behaviour each answer serves.
+`huggingface_hub` (1.33 to 2.4) and `transformers` (5.17 to 5.24: the range the package supports, both ends tested)
+clients run against it unchanged: `create_repo`, `upload_folder` / `create_commit` (inline and LFS, single-part and
+multipart), `create_branch` / `create_tag`, `model_info`, `list_repo_tree`, `list_repo_commits`, `hf_hub_download`,
+`snapshot_download`, `from_pretrained` and `push_to_hub`. The comments below say which client behaviour each answer serves.
 
     with LoopbackHub() as hub:                    # binds 127.0.0.1 and 127.0.0.2 (the CDN), stops on exit
         env = hub.client_env(hf_home=tmp_dir)     # HF_ENDPOINT, HF_TOKEN, HF_HUB_DISABLE_XET=1, ...
