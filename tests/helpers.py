@@ -124,6 +124,24 @@ def assert_refused_without_torch(argv: list[str], flag: str, message: str, **run
     assert heavy == [], (argv, heavy[:5])
 
 
+def assert_row_refused_before_loading(row: tuple[list[str], str, str], tmp_path: Path, capsys) -> None:
+    """One row of a fail-fast table (argv, the flag the error names, what it says: tests/test_fail_fast.py,
+    tests/test_train_fail_fast.py), run in this process while loading fails the test (the module's `nothing_loads`):
+    refused in one line, and nothing written below `tmp_path`."""
+    argv, flag, message = row
+    before = snapshot(tmp_path)
+    status, err = run_command(argv, capsys)
+    assert_refused_in_one_line(status, err, argv, flag, message)
+    assert snapshot(tmp_path) == before  # nothing written
+
+
+def assert_rows_refused_without_torch(rows: list[tuple[list[str], str, str]], **run_options) -> None:
+    """Every row of a fail-fast table in a new process: refused in one line without importing torch or transformers
+    (`assert_refused_without_torch`; `run_options`: `subprocess.run`'s cwd and env)."""
+    for argv, flag, message in rows:
+        assert_refused_without_torch(argv, flag, message, **run_options)
+
+
 # --- the shipped models' figures, as README.md's and model_cards/README.md's tables print them
 
 PRECISION = {"no": "float32", "bf16": "bfloat16", "fp16": "float16"}  # results.json's `mixed_precision`, in words

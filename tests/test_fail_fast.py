@@ -20,10 +20,10 @@ import torch
 from helpers import (
     Loaded,
     assert_refused_in_one_line,
-    assert_refused_without_torch,
+    assert_row_refused_before_loading,
+    assert_rows_refused_without_torch,
     read_multi30k,
     run_command,
-    snapshot,
     subprocess_env,
     tiny_config,
     train_steps,
@@ -79,16 +79,11 @@ def nothing_loads(monkeypatch):
 
 @pytest.mark.parametrize("index", range(12))
 def test_each_row_fails_before_loading_in_one_line(index, tmp_path, nothing_loads, capsys):
-    argv, flag, message = rows(tmp_path)[index]
-    before = snapshot(tmp_path)
-    status, err = run_command(argv, capsys)
-    assert_refused_in_one_line(status, err, argv, flag, message)
-    assert snapshot(tmp_path) == before  # nothing written
+    assert_row_refused_before_loading(rows(tmp_path)[index], tmp_path, capsys)
 
 
 def test_each_row_fails_in_a_process_without_torch(tmp_path):
-    for argv, flag, message in rows(tmp_path):
-        assert_refused_without_torch(argv, flag, message, cwd=ROOT, env=subprocess_env())
+    assert_rows_refused_without_torch(rows(tmp_path), cwd=ROOT, env=subprocess_env())
 
 
 def test_an_empty_existing_directory_is_a_fine_export_target(tmp_path, nothing_loads, capsys):

@@ -16,10 +16,9 @@ import pytest
 from helpers import (
     HEAVY,
     Loaded,
-    assert_refused_in_one_line,
-    assert_refused_without_torch,
+    assert_row_refused_before_loading,
+    assert_rows_refused_without_torch,
     run_command,
-    snapshot,
     subprocess_env,
 )
 
@@ -110,16 +109,11 @@ def nothing_loads(monkeypatch):
 def test_each_row_fails_before_loading_in_one_line(index, tmp_path, nothing_loads, capsys):
     table = rows(tmp_path)
     assert len(table) == COUNT
-    argv, flag, message = table[index]
-    before = snapshot(tmp_path)
-    status, err = run_command(argv, capsys)
-    assert_refused_in_one_line(status, err, argv, flag, message)
-    assert snapshot(tmp_path) == before  # nothing written
+    assert_row_refused_before_loading(table[index], tmp_path, capsys)
 
 
 def test_each_row_fails_in_a_process_without_torch(tmp_path):
-    for argv, flag, message in rows(tmp_path):
-        assert_refused_without_torch(argv, flag, message, cwd=tmp_path, env=subprocess_env(PYTHONPATH=str(ROOT)))
+    assert_rows_refused_without_torch(rows(tmp_path), cwd=tmp_path, env=subprocess_env(PYTHONPATH=str(ROOT)))
 
 
 # ------------------------------------------------------------------------------------------------ what passes
