@@ -24,6 +24,17 @@ def hub(monkeypatch):
     return HUB
 
 
+@pytest.fixture(scope="module")
+def tokenizer():
+    """A shared BPE of 1,000 pieces over Multi30k's first 1,000 English and German training sentences, one per module
+    (the attention figures, the demo, the pipeline); a module that needs another vocabulary defines its own."""
+    from helpers import read_multi30k
+
+    from vanilla_transformer.data.tokenizer import train_tokenizer
+
+    return train_tokenizer(read_multi30k("train.en.gz", 1000) + read_multi30k("train.de.gz", 1000), vocab_size=1000)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def one_thread():
     """One torch thread: the models here are tiny, and on a 2-core machine shared with other jobs two threads per

@@ -12,12 +12,11 @@ import textwrap
 import numpy as np
 import pytest
 import torch
-from helpers import BLOCK_PACKAGE, read_multi30k, subprocess_env, tiny_config
+from helpers import BLOCK_PACKAGE, subprocess_env, tiny_config
 from safetensors.torch import load_file
 
 from vanilla_transformer import VanillaTransformerForConditionalGeneration
 from vanilla_transformer.commands import main
-from vanilla_transformer.data.tokenizer import train_tokenizer
 from vanilla_transformer.evaluation import attention as attention_figures
 from vanilla_transformer.evaluation.attention import (
     LINE_WIDTH,
@@ -30,11 +29,6 @@ from vanilla_transformer.evaluation.attention import (
 
 SOURCE = "Two young men are riding bicycles down the street."
 TARGET = "Zwei junge Männer fahren mit Fahrrädern die Straße entlang."
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return train_tokenizer(read_multi30k("train.en.gz", 1000) + read_multi30k("train.de.gz", 1000), vocab_size=1000)
 
 
 @pytest.fixture(scope="module")

@@ -61,11 +61,6 @@ CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver"
 
 
 @pytest.fixture(scope="module")
-def tokenizer():
-    return train_tokenizer(read_multi30k("train.en.gz", 1000) + read_multi30k("train.de.gz", 1000), vocab_size=1000)
-
-
-@pytest.fixture(scope="module")
 def model(tokenizer):
     torch.manual_seed(0)
     config = VanillaTransformerConfig(vocab_size=len(tokenizer), max_position_embeddings=LIMIT, **TINY_SIZES)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import BLOCK_PACKAGE, read_multi30k, subprocess_env, tiny_config
+from helpers import BLOCK_PACKAGE, subprocess_env, tiny_config
 from transformers import AutoModelForSeq2SeqLM, pipeline
 from transformers.dynamic_module_utils import get_imports, get_relative_imports
 from transformers.pipelines import clean_custom_task
@@ -20,7 +20,6 @@ from vanilla_transformer import (
     VanillaTransformerForConditionalGeneration,
     pipeline_vanilla_transformer,
 )
-from vanilla_transformer.data.tokenizer import train_tokenizer
 from vanilla_transformer.pipeline_vanilla_transformer import CUSTOM_PIPELINES, TranslationPipeline
 
 
@@ -30,11 +29,6 @@ SOURCES = [
     "Zwei junge weiße Männer sind im Freien in der Nähe vieler Büsche.",
     "Eine Frau mit einem großen Hut sitzt auf einer Bank.",
 ]
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return train_tokenizer(read_multi30k("train.en.gz", 1000) + read_multi30k("train.de.gz", 1000), vocab_size=1000)
 
 
 def tiny_model(tokenizer, seed=0):
