@@ -20,6 +20,7 @@ import json
 import logging
 import os
 import re
+import shlex
 import shutil
 import sys
 import time
@@ -81,10 +82,13 @@ def train(argv: list[str] | None = None) -> dict:
 def _train(argv: list[str] | None) -> dict:
     given = list(sys.argv[1:] if argv is None else argv)
     argv = preflight(given)  # before torch: --help, and the early checks
+    main_process = quiet_unless_main(os.environ)
+    relaunch_if_alone(os.environ, parent_argv())
     from .options import parse_args
 
     model_args, data_args, tok_args, run_args, training_args = parse_args(argv)
-    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
+    if "--log_level_replica" not in given:
+        training_args.log_level_replica = "error"  # the Trainer's own messages, once (the main process's)
     if "--output_dir" in argv[len(given) :]:  # added by `preflight`: neither the command line nor the recipe sets it
         logger.info(
             "No --output_dir: the run writes %s (runs/DATASET_SRC_TGT_PRESET, as the recipes name theirs).",
@@ -96,7 +100,7 @@ def _train(argv: list[str] | None) -> dict:
     from .. import register
 
     register()
-    transformers_logging.set_verbosity_warning()
+    transformers_logging.set_verbosity_warning() if main_process else transformers_logging.set_verbosity_error()
     set_seed(training_args.seed)
     raw = load_data(data_args)  # checked before anything is written: files, line counts, languages, splits
     train_pairs = len(raw["train"])
@@ -135,6 +139,71 @@ def _train(argv: list[str] | None) -> dict:
 
     options = (model_args, data_args, run_args)
     return write_report(trainer, tokenizer, raw, tokenized["train"], options, train_result, train_seconds)
+
+
+def quiet_unless_main(environ) -> bool:
+    """Whether this is the main process (global rank 0, or no launcher). Every process runs the same steps, so only
+    the main one logs: each event, and each warning that concerns every process, appears once. The others log errors
+    only, without progress bars or Python warnings."""
+    main_process = environ.get("RANK", "0") == "0"
+    logging.basicConfig(
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO if main_process else logging.ERROR
+    )
+    if not main_process:
+        import warnings
+
+        import datasets
+        from transformers.utils import logging as transformers_logging
+
+        logging.getLogger().setLevel(logging.ERROR)  # a basicConfig made earlier in this process keeps its level
+        warnings.simplefilter("ignore")
+        datasets.disable_progress_bars()
+        transformers_logging.disable_progress_bar()
+    return main_process
+
+
+RELAUNCHED = "VANILLA_TRANSFORMER_RELAUNCHED"
+
+
+def parent_argv() -> list[str]:
+    """The command line of the process that started this one (Linux), or [] where it cannot be read."""
+    try:
+        return Path(f"/proc/{os.getppid()}/cmdline").read_bytes().decode().split("\0")[:-1]
+    except (OSError, UnicodeDecodeError):
+        return []
+
+
+def launched_alone(environ) -> bool:
+    """Whether `accelerate launch` was asked for several processes or machines but started this process alone: its
+    plain launcher (what `--num_processes N` without `--multi_gpu` gets on a machine without GPUs) sets MASTER_PORT
+    only then, and never WORLD_SIZE, which torchrun sets for each process it starts."""
+    return "ACCELERATE_USE_CPU" in environ and "MASTER_PORT" in environ and "WORLD_SIZE" not in environ
+
+
+def relaunch_if_alone(environ, parent: list[str]) -> None:
+    """A launch that asked for N processes and got one is started again as it should have been, `accelerate launch
+    --multi_gpu ...` (torchrun: N gloo processes on a CPU), in place of this process; said in one line. Where the
+    launch's command line cannot be read (or the relaunch got one process again), a ValueError gives the command."""
+    if not launched_alone(environ):
+        return
+    launch = next((i for i, arg in enumerate(parent) if arg in ("launch", "accelerate.commands.launch")), None)
+    if launch is None or environ.get(RELAUNCHED):
+        raise ValueError(
+            "accelerate launch asked for several processes but started this one alone (on a machine without GPUs, "
+            "its plain launcher runs one process): launch with --multi_gpu, as in `accelerate launch --multi_gpu "
+            "--num_processes 2 -m vanilla_transformer.training.command ...` (docs/distributed.md)."
+        )
+    # `--cpu` would refuse `--multi_gpu`; the command itself trains on the CPU where there is no accelerator.
+    args = ["--multi_gpu", *(arg for arg in parent[launch + 1 :] if arg != "--cpu")]
+    shown = " ".join(shlex.quote(arg) for arg in ["accelerate", "launch", *args])
+    logger.warning(
+        "accelerate launch without --multi_gpu started one process instead of the ones asked for: running `%s` "
+        "instead (pass --multi_gpu to launch that way directly).",
+        shown,
+    )
+    logging.shutdown()
+    os.environ[RELAUNCHED] = "1"
+    os.execv(sys.executable, [sys.executable, "-m", "accelerate.commands.launch", *args])
 
 
 def log_recipe(training_args, run_args: RunArguments, train_pairs: int) -> None:

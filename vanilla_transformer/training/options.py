@@ -18,6 +18,7 @@ import dataclasses
 import json
 import logging
 import math
+import os
 import sys
 import typing
 from dataclasses import dataclass, field
@@ -415,6 +416,19 @@ class VanillaTrainingArguments(Seq2SeqTrainingArguments):
     def __post_init__(self):
         self._resolve_bf16()
         super().__post_init__()
+        # The Trainer takes accelerate launch's --mixed_precision (ACCELERATE_MIXED_PRECISION) when neither bf16 nor
+        # fp16 is on, and ignores it otherwise: the run's own precision wins either way (docs/distributed.md).
+        launcher = os.environ.get("ACCELERATE_MIXED_PRECISION", "no")
+        if not (self.bf16 or self.fp16):
+            self.mixed_precision = "no"
+        if launcher not in ("no", self.mixed_precision):
+            logger.warning(
+                "accelerate launch's --mixed_precision %s is not used: the run trains in %s (%s; --bf16 and --fp16 "
+                "set it).",
+                launcher,
+                {"no": "float32"}.get(self.mixed_precision, self.mixed_precision),
+                self.precision_reason,
+            )
         check_fraction("label_smoothing_factor", self.label_smoothing_factor, "the paper uses 0.1")
         if self.lr_schedule not in LR_SCHEDULES:
             raise ValueError(f"`lr_schedule` must be one of {list(LR_SCHEDULES)}, got {self.lr_schedule!r}.")

@@ -324,6 +324,7 @@ def collect_results(trainer, tokenizer, train_split, model_args, data_args, trai
             "tokens_per_second": round(train_tokens * epochs / train_seconds, 1) if train_seconds else None,
             "hardware": describe_hardware(),
             "world_size": args.world_size,
+            "topology": topology(args),
             # What the step ran in, and why (bf16="auto" follows the hardware; see vanilla_transformer.translation.precision).
             "precision": {
                 "mixed_precision": args.mixed_precision,
@@ -371,6 +372,20 @@ def hyperparameters(trainer) -> dict:
         "dropout": config.dropout,
         "gradient_accumulation_steps": args.gradient_accumulation_steps,
         "seed": args.seed,
+    }
+
+
+def topology(args) -> dict:
+    """Where the run trained: machines, processes on each (torchrun's LOCAL_WORLD_SIZE), and the most tokens per side
+    that one update takes (`max_tokens` per batch, one batch per process and accumulation step)."""
+    per_machine = int(os.environ.get("LOCAL_WORLD_SIZE", args.world_size))
+    accumulation = args.gradient_accumulation_steps
+    return {
+        "machines": args.world_size // per_machine,
+        "processes_per_machine": per_machine,
+        "world_size": args.world_size,
+        "gradient_accumulation_steps": accumulation,
+        "max_tokens_per_update": args.max_tokens * args.world_size * accumulation if args.max_tokens else None,
     }
 
 
