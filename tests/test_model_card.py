@@ -312,3 +312,24 @@ def test_the_shipped_cards_are_what_the_template_writes_from_their_results(resul
     if os.environ.get("VANILLA_TRANSFORMER_UPDATE_CARDS"):
         write_model_card(results_path.parent, config, results, **options)
     assert ModelCard.load(card).content == render_model_card(config, results, **options).content
+
+
+def test_the_card_says_the_runs_topology():
+    """Machines, processes on each, accumulation and tokens per update (results.json's training.topology); a card
+    from results without it (the shipped ones) has no such line."""
+    results = copy.deepcopy(RESULTS)
+    results["training"]["topology"] = {
+        "machines": 2,
+        "processes_per_machine": 8,
+        "world_size": 16,
+        "gradient_accumulation_steps": 1,
+        "max_tokens_per_update": 50000,
+    }
+    text = render_model_card(small_config(), results, REPO).content
+    assert "**Topology:** 2 machines x 8 processes, gradient accumulation 1: up to 50,000 tokens per side" in text
+    results["training"]["topology"].update(machines=1, processes_per_machine=1, gradient_accumulation_steps=8)
+    assert (
+        "**Topology:** 1 machine x 1 process, gradient accumulation 8:"
+        in render_model_card(small_config(), results, REPO).content
+    )
+    assert "Topology" not in render_model_card(small_config(), RESULTS, REPO).content
