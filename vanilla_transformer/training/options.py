@@ -59,7 +59,7 @@ LR_SCHEDULES = ("noam", "trainer")
 # The largest share of a run's updates that a warm-up the command line did not set takes: of a `max_steps` budget
 # (`fit_warmup`), or of the updates a time-limited run is measured to make in its limit (`warmup_for_speed`). The
 # largest share a shipped recipe's warm-up takes of its own hour, so that no hour on the machine it was chosen on gets
-# a shorter one: float32, 1,600 of 6,160-6,306 updates (bench/multi30k_search.md); bfloat16, 800 of ~6,000
+# a shorter one: float32, 1,600 of 6,160-6,306 updates (docs/results.md); bfloat16, 800 of ~6,000
 # (docs/training.md, "A warm-up fitted to the run").
 WARMUP_SHARE = 0.25
 
@@ -719,8 +719,8 @@ def fit_warmup_of(training_args, run_args, preset: dict, lr_factor_given: bool) 
         training_args.warmup_fitted = {"warmup_steps": [warmup, fitted]}
         if not lr_factor_given:
             # The same peak after the shorter warm-up: section 5.3's schedule peaks at lr_factor * (d_model *
-            # warmup_steps)^-0.5, and a higher peak trained this model worse (bench/multi30k_search.md, the run
-            # with a warm-up of 400 instead of 800 at the same factor).
+            # warmup_steps)^-0.5, and a higher peak trained this model worse (the recipe search's run with a warm-up
+            # of 400 instead of 800 at the same factor: git show bbc37b1:bench/multi30k_search.md).
             factor = round(training_args.lr_factor * math.sqrt(fitted / warmup), 6)
             training_args.warmup_fitted["lr_factor"] = [training_args.lr_factor, factor]
             training_args.lr_factor = factor

@@ -417,8 +417,8 @@ def average_last_checkpoints(out_dir: Path, k: int, tokenizer, device, after: in
 
     Why only the cool-down: checkpoints are written every `save_steps` updates, but a timed run's updates depend on
     the machine, several times fewer on a slow one, where the last `k` checkpoints reach back into the half-trained
-    start of the run and their average scores below the final model (bench/multi30k_search.md, the
-    `multi30k_en_de_small_avx2` run). The cool-down is the same fraction of every run, and the paper averages the last
+    start of the run and their average scores below the final model (the recipe search's
+    `multi30k_en_de_small_avx2` run: git show bbc37b1:bench/multi30k_search.md). The cool-down is the same fraction of every run, and the paper averages the last
     checkpoints of a run (section 6.1), not checkpoints from its start."""
     checkpoints = last_complete_checkpoints(out_dir, k, after)  # never one whose save did not finish
     window = f" written after update {after} (the learning-rate cool-down)" if after is not None else ""

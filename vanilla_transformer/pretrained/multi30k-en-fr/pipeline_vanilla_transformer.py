@@ -26,7 +26,7 @@ from transformers.utils import logging
 
 logger = logging.get_logger(__name__)
 
-# What `config.custom_pipelines` must hold (the shape `pipeline()` reads in transformers 5.23:
+# What `config.custom_pipelines` must hold (the shape `pipeline()` reads in transformers 5.17 to 5.24:
 # `clean_custom_task` needs "impl", a "module.Class" path inside the repository, and "pt", names of
 # transformers Auto classes used to load the model; "type" is informative; there is no "tf" any more).
 CUSTOM_PIPELINES = {
