@@ -12,13 +12,15 @@ import socket
 import subprocess
 import sys
 import time
+import unicodedata
 from pathlib import Path
 
 import pytest
 import torch
-from helpers import subprocess_env, tiny_options, write_multi30k_subset
+from helpers import read_multi30k, subprocess_env, tiny_options, write_multi30k_subset
 from safetensors.torch import load_file
 
+from vanilla_transformer import shipped_model_path
 from vanilla_transformer.training import command
 
 
@@ -68,6 +70,7 @@ def test_a_launch_that_cannot_be_started_again_stops_with_the_command_that_works
 
 QUIET_SCRIPT = """
 import logging, sys, warnings
+from vanilla_transformer import shipped_model_path
 from vanilla_transformer.training import command
 command.quiet_unless_main({"RANK": sys.argv[1]} if sys.argv[1] else {})
 logging.getLogger("vanilla_transformer.training.x").info("an event")
@@ -333,3 +336,241 @@ def test_a_wrong_machine_rank_ends_the_run_and_says_which_rank_is_missing(runs, 
     assert "role_info/1" in log_0, log_0[-3000:]  # machine 0 waited for machine 1
     assert "assigned_ranks/2" in log_2, log_2[-3000:]  # machine 2 waited for a place that does not exist
     assert not (tmp_path / "run").exists()  # no process trained
+
+
+# ---- evaluation and the test translations under several processes
+
+
+# The validation split's translations as the trainer's evaluation loop gathers them (`predict`: the loop that
+# `evaluate` runs), written by the main process in the order the loop gives them, each with its reference.
+PREDICT_SCRIPT = """
+import json, sys
+from datasets import DatasetDict
+from transformers import DataCollatorForSeq2Seq
+from vanilla_transformer import VanillaTransformerForConditionalGeneration, register
+from vanilla_transformer.data.corpus import load_parallel_corpus, tokenize_corpus
+from vanilla_transformer.data.tokenizer import load_tokenizer
+from vanilla_transformer.evaluation.bleu import decode_ids
+from vanilla_transformer.training.options import VanillaTrainingArguments
+from vanilla_transformer.training.trainer import VanillaTransformerTrainer
+
+register()
+model_dir, data_dir, out = sys.argv[1:]
+tokenizer = load_tokenizer(model_dir)
+model = VanillaTransformerForConditionalGeneration.from_pretrained(model_dir)
+raw = load_parallel_corpus(data_dir, "en", "de", splits=("validation",), split_names={"validation": "val"})
+validation = tokenize_corpus(DatasetDict(validation=raw["validation"]), tokenizer, max_length=256)["validation"]
+args = VanillaTrainingArguments(
+    output_dir=out + ".trainer", per_device_eval_batch_size=8, predict_with_generate=True, generation_max_length=40,
+    generation_num_beams=1, report_to="none", use_cpu=True, bf16="false",
+)
+collator = DataCollatorForSeq2Seq(tokenizer, label_pad_token_id=-100)
+trainer = VanillaTransformerTrainer(model=model, args=args, processing_class=tokenizer, data_collator=collator)
+output = trainer.predict(validation)
+if trainer.is_world_process_zero():
+    pairs = list(zip(decode_ids(output.predictions, tokenizer), decode_ids(output.label_ids, tokenizer)))
+    open(out, "w").write(json.dumps(pairs))
+"""
+
+
+def evaluation(run_dir: Path, log: str) -> dict:
+    """The evaluation before the first update (the same weights on any topology), the number of sentences the BLEU
+    line counted, and the test translations."""
+    history = json.loads((run_dir / "trainer_state.json").read_text())["log_history"]
+    first = next(h for h in history if "eval_bleu" in h and h["step"] == 0)
+    sentences = [line.rsplit(", ", 1)[-1] for line in log.splitlines() if "BLEU = " in line]
+    return {
+        "metrics": {
+            k: v for k, v in first.items() if k.startswith("eval_") and "runtime" not in k and "per_second" not in k
+        },
+        "bleu_lines": sentences,
+        "test": (run_dir / "test_2016_flickr.hyp.de").read_text(),
+    }
+
+
+@pytest.mark.slow
+def test_evaluation_and_test_translations_are_those_of_one_process_on_two_and_three(tmp_path):
+    """All 1,014 validation sentences of Multi30k, evaluated (loss and greedy BLEU) by 1, 2 and 3 processes: the last
+    round of batches is filled up with repeated sentences on 2 and 3 processes (1,014 = 16 x 63 + 6 = 24 x 42 + 6),
+    which must not count. Every sentence once, paired with its reference: the same BLEU, generated length and loss
+    (to float rounding, 1e-5: the float32 per-sentence sums are added in another order) as one process. The test split is
+    translated by the main process alone, the same text. The command's runs evaluate a tiny model trained for 100
+    updates, before their own first update. Then the trainer's evaluation loop itself (`predict`) translates the
+    split with the shipped multi30k-en-de model, whose translations differ from sentence to sentence: on 2 and 3
+    processes the same translations, each with its reference, in the same order, every reference once."""
+    data_dir = write_multi30k_subset(tmp_path / "data", {"train": 1000, "val": 1014, "test_2016_flickr": 30})
+    common = [
+        "--dataset",
+        str(data_dir),
+        "--max_length",
+        "256",  # no validation pair dropped
+        "--max_tokens",
+        "512",
+        "--per_device_eval_batch_size",
+        "8",
+        "--generation_max_length",
+        "40",
+        "--num_beams",
+        "1",
+        "--length_penalty",  # greedy: the recipe's beam-search options would make the generation config invalid
+        "1.0",
+        "--early_stopping",
+        "false",
+        "--plots",
+        "false",
+        "--report_to",
+        "none",
+        "--max_train_minutes",
+        "none",
+        "--save_strategy",
+        "no",
+        "--bf16",
+        "false",
+        "--seed",
+        "3",
+    ]
+    trained = tmp_path / "trained"
+    fit = [
+        "--max_steps",
+        "100",
+        "--warmup_steps",
+        "40",
+        "--lr_factor",
+        "2.0",
+        "--eval_strategy",
+        "no",
+        "--test_split",
+        "",
+    ]
+    run([sys.executable, *TRAIN, "--output_dir", str(trained), *tiny_options(vocab_size=1000), *common, *fit])
+    evaluate = ["--init_from", str(trained), "--tokenizer", str(trained / "tokenizer"), "--max_steps", "1"]
+    evaluate += ["--eval_on_start", "--eval_strategy", "steps", "--eval_steps", "1"]
+    results = {}
+    for processes in (1, 2, 3):
+        out = tmp_path / f"processes-{processes}"
+        launch = [*LAUNCH, "--multi_gpu", "--num_processes", str(processes)] if processes > 1 else [sys.executable]
+        log = run([*launch, *TRAIN, "--output_dir", str(out), *common, *evaluate]).stderr
+        results[processes] = evaluation(out, log)
+    print({n: r["metrics"] for n, r in results.items()})
+    script = tmp_path / "predict.py"
+    script.write_text(PREDICT_SCRIPT)
+    translations = {}
+    for processes in (1, 2, 3):
+        out = tmp_path / f"translations-{processes}.json"
+        launch = [*LAUNCH, "--multi_gpu", "--num_processes", str(processes)] if processes > 1 else [sys.executable]
+        run([*launch, str(script), str(shipped_model_path("multi30k-en-de")), str(data_dir), str(out)])
+        translations[processes] = json.loads(out.read_text())
+    references = sorted(unicodedata.normalize("NFC", line).strip() for line in read_multi30k("val.de.gz"))
+    assert sorted(reference for _, reference in translations[1]) == references  # every sentence once
+    assert len({translation for translation, _ in translations[1]}) > 1000  # each its own: a misplaced one shows
+    assert translations[2] == translations[1] and translations[3] == translations[1]  # in the same order
+    one = results[1]
+    assert one["bleu_lines"][0] == "1014 sentences)" and one["metrics"]["eval_bleu"] > 0
+    assert len(set(one["test"].splitlines())) > 10  # translations that differ: a misplaced one would show
+    for processes in (2, 3):
+        assert results[processes]["bleu_lines"] == one["bleu_lines"]
+        assert results[processes]["test"] == one["test"]
+        for name, value in one["metrics"].items():
+            assert results[processes]["metrics"][name] == pytest.approx(value, rel=1e-5), (processes, name)
+        bleu_and_length = {k: results[processes]["metrics"][k] for k in ("eval_bleu", "eval_gen_len")}
+        assert bleu_and_length == {k: one["metrics"][k] for k in ("eval_bleu", "eval_gen_len")}
+
+
+# ---- the launch configs, the SLURM script and the README's line
+
+
+@pytest.mark.parametrize("config", sorted(p.name for p in (ROOT / "launch").glob("*.yaml")))
+def test_each_launch_config_is_accelerates_and_docs_distributed_gives_its_command(config):
+    from accelerate.commands.config.config_args import load_config_from_file
+
+    loaded = load_config_from_file(str(ROOT / "launch" / config))
+    assert loaded.distributed_type == "MULTI_GPU"  # torchrun: every process starts, on GPUs or a CPU
+    assert loaded.mixed_precision == "no"  # the run's --bf16/--fp16 decide
+    assert f"accelerate launch --config_file launch/{config} " in (ROOT / "docs" / "distributed.md").read_text()
+
+
+@pytest.mark.parametrize(
+    ("nodes", "processes", "batch"),
+    [(2, "16", ["--max_tokens", "1562"]), (1, "8", ["--gradient_accumulation_steps", "1"])],
+)
+def test_the_slurm_script_starts_one_launcher_per_machine_with_its_rank(tmp_path, nodes, processes, batch):
+    """launch/slurm.sbatch under stand-ins for srun (one task per machine, SLURM_NODEID each), scontrol and accelerate
+    (which prints its arguments): each machine's launcher gets its rank, the first machine's name, every process, and
+    the batch that keeps the paper's 25,000 tokens per update."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    stand_ins = {
+        "srun": 'for id in $(seq 0 $((SLURM_NNODES - 1))); do SLURM_NODEID=$id "$@"; done',
+        "scontrol": "printf 'node-a\\nnode-b\\n'",
+        "accelerate": f"exec {sys.executable} -c 'import json, sys; print(json.dumps(sys.argv[1:]))' \"$@\"",
+    }
+    for name, body in stand_ins.items():
+        (bin_dir / name).write_text(f"#!/bin/bash\n{body}\n")
+        (bin_dir / name).chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "SLURM_NNODES": str(nodes)}
+    env["SLURM_JOB_NODELIST"] = "node-[a-b]"
+    result = subprocess.run(
+        ["bash", "launch/slurm.sbatch", "--max_train_minutes", "60"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    launches = [json.loads(line) for line in result.stdout.splitlines()]
+    assert launches == [
+        [
+            "launch",
+            "--config_file",
+            "launch/machines_c10d.yaml",
+            "--num_machines",
+            str(nodes),
+            "--num_processes",
+            processes,
+            "--machine_rank",
+            str(rank),
+            "--main_process_ip",
+            "node-a",
+            "--main_process_port",
+            "29500",
+            *TRAIN,
+            "--recipe",
+            "wmt14_en_de_base",
+            *batch,
+            "--max_train_minutes",
+            "60",
+        ]
+        for rank in range(nodes)
+    ]
+
+
+def readme_launch() -> list[str]:
+    """The README's two-process line, up to the command's own arguments."""
+    line = next(
+        line
+        for line in (ROOT / "README.md").read_text().splitlines()
+        if "accelerate launch" in line and "--num_processes 2" in line
+    )
+    words = line.split()
+    return words[: words.index("vanilla_transformer.training.command") + 1]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("multi_gpu", [True, False], ids=["as the README says", "without --multi_gpu"])
+def test_the_readmes_two_process_line_runs_two_processes_on_a_cpu(tmp_path, multi_gpu):
+    """The README's line, and the issue's (without --multi_gpu: accelerate starts one process, the command starts
+    the launch again), train in two processes (results.json's world size), each log line once."""
+    words = readme_launch()
+    assert words[:2] == ["accelerate", "launch"] and "--multi_gpu" in words
+    if not multi_gpu:
+        words.remove("--multi_gpu")
+    data_dir = write_multi30k_subset(tmp_path / "data", {"train": 600, "val": 20})
+    out = tmp_path / "run"
+    launch = [sys.executable, "-m", "accelerate.commands.launch", *words[2:]]
+    result = run([*launch, *options(data_dir, out, "--max_steps", "2", "--save_strategy", "no")])
+    training = json.loads((out / "results.json").read_text())["training"]
+    assert training["world_size"] == 2 and training["topology"]["processes_per_machine"] == 2
+    lines = [line.split(" ", 2)[-1] for line in result.stderr.splitlines() if " INFO " in line or " WARNING " in line]
+    assert len(lines) == len(set(lines)), result.stderr[-4000:]
+    assert sum("started one process instead of the ones asked for" in line for line in lines) == (not multi_gpu)
