@@ -44,14 +44,14 @@ def test_a_launch_that_started_one_process_of_several_is_started_again_with_mult
     --multi_gpu), instead of training alone."""
     execs = []
     monkeypatch.setattr(os, "execv", lambda path, args: execs.append(args))
-    monkeypatch.delenv(command.RELAUNCHED, raising=False)  # set by a relaunch, for the launch it starts
+    # The relaunch marks its environment (for the launch it starts); a copy keeps the mark out of this session's.
+    monkeypatch.setattr(os, "environ", {k: v for k, v in os.environ.items() if k != command.RELAUNCHED})
     command.relaunch_if_alone(PLAIN_LAUNCHER, README_LAUNCH)
     assert execs == [[sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", *README_LAUNCH[3:]]]
-    monkeypatch.delenv(command.RELAUNCHED)
+    assert os.environ.pop(command.RELAUNCHED) == "1"
     with_cpu = [sys.executable, "-m", "accelerate.commands.launch", "--cpu", "--num_processes", "3", "train.py"]
     command.relaunch_if_alone(PLAIN_LAUNCHER, with_cpu)
     assert execs[-1][3:] == ["--multi_gpu", "--num_processes", "3", "train.py"]
-    monkeypatch.delenv(command.RELAUNCHED)
 
     # Launches that got what they asked for run on: one process without a launcher, accelerate's plain launcher
     # asked for one process (no MASTER_PORT), a process of torchrun (WORLD_SIZE).
@@ -255,6 +255,21 @@ def test_two_machines_train_the_weights_of_one_machine_with_two_processes(runs):
     assert all(torch.equal(double[name], machines[name]) for name in double)
     assert largest_difference(double, single) < 1e-4
     assert step_losses(runs["double"]) == step_losses(runs["machines"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("config", ["machines_static.yaml", "machines_c10d.yaml"])
+def test_the_several_machines_configs_train_the_same_weights_on_two_loopback_machines(runs, tmp_path, config):
+    """launch/'s configs for several machines, with the machine's rank, address and port and 2 processes in all on
+    the command line (the configs say 16): the weights of one machine with two processes."""
+    out = tmp_path / "run"
+    train_args = options(runs["data"], out, "--tokenizer", str(runs["single"] / "tokenizer"))
+    launch = ("--config_file", f"launch/{config}")
+    for status, log in finish(two_machines(tmp_path, *train_args, launch=launch), tmp_path):
+        assert status == 0, log[-4000:]
+    assert json.loads((out / "results.json").read_text())["training"]["topology"]["machines"] == 2
+    double = weights(runs["double"])
+    assert all(torch.equal(tensor, double[name]) for name, tensor in weights(out).items())
 
 
 @pytest.mark.slow

@@ -201,7 +201,8 @@ def relaunch_if_alone(environ, parent: list[str]) -> None:
         "instead (pass --multi_gpu to launch that way directly).",
         shown,
     )
-    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):  # execv keeps no buffer
+        stream.flush()
     os.environ[RELAUNCHED] = "1"
     os.execv(sys.executable, [sys.executable, "-m", "accelerate.commands.launch", *args])
 
