@@ -474,10 +474,12 @@ def get_tokenizer(tok_args: TokenizerArguments, data_args: DataArguments, raw, t
     if tok_args.tokenizer is not None:
         return load_tokenizer(tok_args.tokenizer)
     # Section 5.1: one vocabulary shared by source and target, learned on the training data only. Trained by the
-    # main process and read back by the others, so that every process has the same one.
+    # main process and read back by the others, so that every process has the same one. Every process of every
+    # machine waits for it (`local=False`): another machine's first process would otherwise look at the directory
+    # while the main process writes it (and could read a settings file half written).
     tok_dir = Path(training_args.output_dir) / "tokenizer"
     settings = tokenizer_settings(tok_args, data_args)
-    with training_args.main_process_first(desc="training the tokenizer"):
+    with training_args.main_process_first(desc="training the tokenizer", local=False):
         if (tok_dir / "tokenizer.json").is_file():
             saved_path = tok_dir / TOKENIZER_SETTINGS
             saved = json.loads(saved_path.read_text()) if saved_path.is_file() else None
