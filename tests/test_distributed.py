@@ -159,11 +159,27 @@ def options(data_dir: Path, out: Path, *extra: str) -> list[str]:
 
 
 def run(argv: list[str], timeout: int = TIMEOUT) -> subprocess.CompletedProcess:
+    """`argv` run to its end, in a session of its own: after `timeout` the launcher and the processes it started are
+    killed together (a killed launcher alone would leave them holding their ports), and the test fails."""
     started = time.perf_counter()
-    result = subprocess.run(argv, cwd=ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=timeout)
+    process = subprocess.Popen(
+        argv,
+        cwd=ROOT,
+        env=subprocess_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        stdout, stderr = process.communicate()
+        pytest.fail(f"still running after {timeout} s: {' '.join(argv[2:])}\n{stderr[-4000:]}")
     print(f"{time.perf_counter() - started:.1f} s: {' '.join(argv[2:])}")
-    assert result.returncode == 0, result.stderr[-4000:]
-    return result
+    assert process.returncode == 0, stderr[-4000:]
+    return subprocess.CompletedProcess(argv, process.returncode, stdout, stderr)
 
 
 def two_machines(log_dir: Path, *train_args: str, ranks=(0, 1), launch=()) -> list[subprocess.Popen]:
