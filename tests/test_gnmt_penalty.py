@@ -389,6 +389,31 @@ def test_presets_decoding():
         assert (config.num_beams, config.length_penalty, config.length_penalty_form) == (6, 1.3, "length")
 
 
+def test_a_recipe_with_num_beams_1_saves_a_greedy_generation_config(tmp_path):
+    """`train --recipe multi30k_en_de_cpu --num_beams 1`: the recipe's length penalty and early stopping are beam-only
+    options, which transformers refuses to save beside `num_beams=1` (the end of a run would fail after training)."""
+    from vanilla_transformer.training.command import set_decoding
+    from vanilla_transformer.training.options import RunArguments
+
+    preset = json.loads(
+        (
+            Path(__file__).resolve().parents[1]
+            / "vanilla_transformer"
+            / "training"
+            / "recipes"
+            / "multi30k_en_de_cpu.json"
+        ).read_text()
+    )
+    fields_ = {f.name: preset[f.name] for f in fields(RunArguments) if f.name in preset}
+    run_args = RunArguments(**{**fields_, "num_beams": 1})
+    model = tiny_model(0)
+    set_decoding(model.generation_config, run_args)
+    assert (model.generation_config.num_beams, model.generation_config.length_penalty) == (1, 1.0)
+    model.save_pretrained(tmp_path / "greedy")
+    saved = json.loads((tmp_path / "greedy" / "generation_config.json").read_text())
+    assert saved.get("num_beams", 1) == 1 and not saved.get("early_stopping", False)
+
+
 def test_a_wmt14_preset_model_decodes_with_the_gnmt_penalty_where_only_transformers_is_installed(tmp_path):
     model = tiny_model(4)
     decoding = preset_decoding("wmt14_en_de_base.json")

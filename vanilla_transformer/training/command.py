@@ -304,6 +304,10 @@ def set_decoding(generation_config, run_args: RunArguments) -> None:
         generation_config.early_stopping = {"true": True, "false": False}.get(
             run_args.early_stopping, run_args.early_stopping
         )
+    if generation_config.num_beams == 1:
+        # Greedy search (`--num_beams 1`): the beam-only options back to their defaults, or transformers refuses to
+        # save the generation config at the end of the run (a recipe's length penalty or early stopping without beams).
+        generation_config.length_penalty, generation_config.early_stopping = 1.0, False
 
 
 def build_model(model_args: ModelArguments, run_args: RunArguments, tokenizer):
