@@ -222,10 +222,3 @@ def train_steps(model, tokenizer, source: list[str], target: list[str], steps: i
         optimizer.step()
         optimizer.zero_grad()
     return model.eval()
-
-
-def cache_of(output):
-    """The cache an output holds, under the running transformers' name (`cache` from 5.24, `past_key_values` before)."""
-    from vanilla_transformer.modeling_vanilla_transformer import CACHE_NAME
-
-    return getattr(output, CACHE_NAME)

@@ -11,7 +11,7 @@ import warnings
 
 import pytest
 import torch
-from helpers import BLOCK_PACKAGE, TINY_SIZES, cache_of, subprocess_env
+from helpers import BLOCK_PACKAGE, TINY_SIZES, subprocess_env
 from safetensors import safe_open
 from safetensors.torch import save_file
 from transformers import MarianConfig, MarianMTModel
@@ -26,6 +26,7 @@ from vanilla_transformer import (
 )
 from vanilla_transformer.modeling_vanilla_transformer import (
     CACHE_NAME,
+    cache_of,
     label_smoothed_cross_entropy,
     sinusoidal_position_encoding,
 )

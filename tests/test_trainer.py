@@ -16,7 +16,7 @@ import datasets
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import TINY_SIZES, cache_of, read_multi30k, subprocess_env
+from helpers import TINY_SIZES, read_multi30k, subprocess_env
 from transformers import DataCollatorForSeq2Seq, ProgressCallback, TrainerCallback
 
 from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
@@ -26,6 +26,7 @@ from vanilla_transformer.data.corpus import tokenize_corpus
 from vanilla_transformer.data.tokenizer import train_tokenizer
 from vanilla_transformer.evaluation.bleu import compute_bleu, decode_ids
 from vanilla_transformer.loss_vanilla_transformer import label_smoothed_cross_entropy
+from vanilla_transformer.modeling_vanilla_transformer import cache_of
 from vanilla_transformer.training.callbacks import CooldownPlanner, TimeLimit, TimeLimitProgressCallback
 from vanilla_transformer.training.options import VanillaTrainingArguments
 from vanilla_transformer.training.schedule import noam_learning_rate

@@ -57,7 +57,7 @@ from .pipeline_vanilla_transformer import TranslationPipeline  # noqa: F401
 # ---- The transformers releases this file runs on (5.17 and newer): their one difference, in one place ----------------
 # transformers 5.24 renamed the cache, as a model's argument and as an output field, from `past_key_values` to
 # `cache`; 5.17-5.23 pass and read `past_key_values`. This file says `cache` throughout, and translates at its edges
-# with the three helpers below. The running release's name is read off its output classes (no version compared).
+# with the helpers below. The running release's name is read off its output classes (no version compared).
 
 
 def cache_field(output_class: type) -> str:
@@ -72,6 +72,11 @@ def with_cache(output_class: type, cache: Cache | None, **fields):
     """`output_class(**fields)` holding `cache` in the running transformers' field (one name for all its output
     classes; read once, above: a `dataclasses.fields` call here would break `torch.compile`'s graph)."""
     return output_class(**fields, **{CACHE_NAME: cache})
+
+
+def cache_of(output) -> Cache | None:
+    """The cache an output holds, in the running transformers' field."""
+    return getattr(output, CACHE_NAME)
 
 
 def takes_cache(removed_in: str):
@@ -645,7 +650,7 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
         )
         return with_cache(
             Seq2SeqModelOutput,
-            getattr(decoder_outputs, CACHE_NAME),
+            cache_of(decoder_outputs),
             last_hidden_state=decoder_outputs.last_hidden_state,
             decoder_hidden_states=decoder_outputs.hidden_states,
             decoder_attentions=decoder_outputs.attentions,
@@ -769,8 +774,8 @@ def gnmt_beam_search(model, input_ids, logits_processor, stopping_criteria, gene
         if target_mask is not None:
             step_inputs["decoder_attention_mask"] = target_mask
         outputs = model(**step_inputs, return_dict=True)
-        if getattr(outputs, CACHE_NAME, None) is not None:
-            cache = getattr(outputs, CACHE_NAME)
+        if (returned := cache_of(outputs)) is not None:
+            cache = returned
         if target_mask is not None:
             target_mask = torch.cat([target_mask, target_mask.new_ones((target_mask.shape[0], 1))], dim=-1)
         logits = outputs.logits[:, -1, :].to(copy=True, dtype=torch.float32, device=device)
@@ -976,7 +981,7 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
 
         return with_cache(
             VanillaTransformerSeq2SeqLMOutput,
-            getattr(outputs, CACHE_NAME),
+            cache_of(outputs),
             loss=loss,
             nll_loss=nll_loss,
             num_target_tokens=num_target_tokens,
@@ -995,7 +1000,8 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         """`GenerationMixin.generate`, with three additions.
 
         - The length penalty's form (`length_penalty_form`, "length" or "gnmt", section 6.1): the call's keyword, else
-          the generation config's (the passed one's, else the model's), checked with its alpha (`check_decoding`).
+          the generation config's (the passed one's, else the model's), checked with its alpha (`check_decoding`);
+          beam search in the "gnmt" form is the package's `gnmt_beam_search`.
 
         - The paper's maximum output length (section 6.1: input length + 50), per sentence, when the call sets no
           length of its own: the generation config's `source_length_offset` (50 in the shipped config; None turns
