@@ -120,9 +120,9 @@ def _lines_one_by_one(path):
 def test_line_files_read_in_blocks_equal_line_by_line(tmp_path, monkeypatch, gz):
     # Tiny blocks and record batches: block ends fall inside multi-byte characters, between "\r" and "\n", on
     # "\n"; lines are empty, blank, only "\r", or hold a "\r", a BOM, U+2028; the last has no "\n".
-    from vanilla_transformer.data import corpus
+    from vanilla_transformer.data import corpus, files
 
-    monkeypatch.setattr(corpus, "_READ_BYTES", 5)
+    monkeypatch.setattr(files, "READ_BYTES", 5)
     monkeypatch.setattr(corpus, "_ROWS_PER_BATCH", 3)
     en = "\ufeffÄpfel für ☃\r\n\n \n\r\nTwo\rcats.\r\n€€€€\nline\u2028sep\n\u00e9\r\nlast\r\n"
     de = "a\nb\nc\nd\ne\nf\ng\nh\ni\n"

@@ -21,6 +21,7 @@ import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
+from .data.files import decode_utf8, not_utf8
 from .generation_vanilla_transformer import LENGTH_PENALTY_FORMS, check_decoding
 
 
@@ -148,15 +149,6 @@ def _split_text(stream) -> Iterator[str]:
         yield pending
 
 
-def not_utf8(what: str, line: int, byte: bytes) -> ValueError:
-    """The error for a file that is not UTF-8 at `line` (counting from 1): `what` names it (the flag and the file),
-    and the message says how to convert it."""
-    return ValueError(
-        f"{what} is not UTF-8: line {line} has the byte {byte!r}; convert the file to UTF-8 from its encoding, e.g. "
-        f"`iconv -f latin1 -t utf-8 FILE > FILE.utf8` for Latin-1."
-    )
-
-
 def _byte_lines(stream, name: str, option: str) -> Iterator[str]:
     # Binary files iterate on b"\n" only, and no byte of a multi-byte UTF-8 character is b"\n": line by line
     # decoding is the whole file's.
@@ -183,18 +175,10 @@ def check_text(source: str, option: str = "--input") -> int | None:
         for block in iter(lambda: stream.read(1 << 20), b""):
             data = rest + block
             end = data.rfind(b"\n") + 1  # decoded up to a line end: a block boundary can split a character
-            _check_utf8(data[:end], source, option, count)
+            decode_utf8(data[:end], f"{option} {source}", count)
             count, rest = count + data.count(b"\n", 0, end), data[end:]
-    _check_utf8(rest, source, option, count)
+    decode_utf8(rest, f"{option} {source}", count)
     return count + (rest != b"")
-
-
-def _check_utf8(data: bytes, source: str, option: str, lines_before: int) -> None:
-    try:
-        data.decode("utf-8")
-    except UnicodeDecodeError as error:
-        line = lines_before + data.count(b"\n", 0, error.start) + 1
-        raise not_utf8(f"{option} {source}", line, data[error.start : error.start + 1]) from None
 
 
 def read_lines(source: str, option: str = "--input") -> list[str]:

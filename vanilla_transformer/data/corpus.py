@@ -37,10 +37,10 @@ from datasets.fingerprint import Hasher
 from .files import (
     check_pair_args,
     check_table,
-    decode_utf8,
     find_line_file,
     find_table,
     line_file_languages,
+    line_lists,
     split_stems,
 )
 
@@ -370,43 +370,14 @@ def _file_stamp(path: Path) -> tuple[str, int, int]:
     return str(path.resolve()), stat.st_size, stat.st_mtime_ns
 
 
-_READ_BYTES = 1 << 20  # bytes read at a time from a line file
 _ROWS_PER_BATCH = 100_000  # pairs per Arrow record batch written
-
-
-def _line_lists(path: Path) -> Iterator[list[str]]:
-    """The lines of `path` as `_open_text` and `_strip_eol` split them (at "\n" only, without the line end and a
-    CR before it), in lists, read in binary blocks: cutting a block after its last "\n" never splits a UTF-8
-    character, and `str.split` does the per-line work in C."""
-    opener = gzip.open if path.name.endswith(".gz") else open
-    rest, number = b"", 0  # `rest` starts at line `number + 1` of the (uncompressed) file
-    with opener(path, "rb") as f:
-        while block := f.read(_READ_BYTES):
-            end = block.rfind(b"\n")
-            if end < 0:
-                rest += block
-                continue
-            data, rest = rest + block[: end + 1], block[end + 1 :]
-            text = decode_utf8(data, path, number)
-            lines = text.split("\n")[:-1]
-            number += len(lines)
-            yield _strip_cr(lines, text)
-    if rest:  # a last line without "\n"
-        text = decode_utf8(rest, path, number)
-        yield _strip_cr([text], text)
-
-
-def _strip_cr(lines: list[str], text: str) -> list[str]:
-    if "\r" not in text:
-        return lines
-    return [line[:-1] if line.endswith("\r") else line for line in lines]
 
 
 def _line_batches(path: Path, size: int = _ROWS_PER_BATCH) -> Iterator[list[str]]:
     """The lines of `path` in lists of `size` (the last one shorter): two files with as many lines give aligned
     lists."""
     pending: list[str] = []
-    for lines in _line_lists(path):
+    for lines in line_lists(path):
         pending.extend(lines)
         while len(pending) >= size:
             yield pending[:size]

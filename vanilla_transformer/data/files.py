@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import gzip
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 
 TABLE_SUFFIXES = (".tsv", ".tsv.gz", ".jsonl", ".jsonl.gz", ".json")
+READ_BYTES = 1 << 20  # bytes read at a time from a corpus file (tables and line files)
 
 
 def find_table(directory: Path, stem: str) -> Path | None:
@@ -63,45 +65,61 @@ def check_pair_args(src_lang, tgt_lang, src_column=None, tgt_column=None) -> Non
 def check_table(path: Path, header: list[str] | None = None) -> None:
     """ValueError naming `path` and the line unless every line of the table is UTF-8 and, with `header` (a TSV's
     columns), has as many tab-separated fields: a corpus is checked whole before `datasets` reads it, whose errors
-    would name a byte or come after its own ERROR log lines. Read in binary blocks, cut after their last "\\n" so
-    that no character is split; a last line without "\\n" counts, a CR before "\\n" is no field's."""
+    would name a byte or come after its own ERROR log lines (a last line without "\\n" counts, a CR before "\\n" is
+    no field's)."""
+    number = 0  # lines before `lines`
+    for lines in line_lists(path):
+        if header is not None:
+            for offset, line in enumerate(lines, start=number + 1):
+                if line.count("\t") != len(header) - 1:
+                    raise ValueError(
+                        f"Line {offset} of {str(path)!r} has {line.count(chr(9)) + 1} tab-separated fields, the "
+                        f"header {header} has {len(header)}: fix the line (a tab inside a sentence?)."
+                    )
+        number += len(lines)
+
+
+def line_lists(path: Path) -> Iterator[list[str]]:
+    """The lines of `path` (gzipped or not), split at "\\n" only, without the line end and a CR before it, in lists;
+    else a ValueError naming the file, the line and the conversion. Read in binary blocks: cutting a block after its
+    last "\\n" never splits a UTF-8 character, and `str.split` does the per-line work in C."""
     opener = gzip.open if path.name.endswith(".gz") else open
-    number, rest = 0, b""  # lines before `rest`
+    rest, number = b"", 0  # `rest` starts at line `number + 1` of the (uncompressed) file
     with opener(path, "rb") as f:
-        while True:
-            block = f.read(1 << 20)
-            data = rest + block
-            end = len(data) if not block else data.rfind(b"\n") + 1
-            lines = _table_lines(data[:end], path, number)
-            if header is not None:
-                for offset, line in enumerate(lines, start=number + 1):
-                    if line.count("\t") != len(header) - 1:
-                        raise ValueError(
-                            f"Line {offset} of {str(path)!r} has {line.count(chr(9)) + 1} tab-separated fields, the "
-                            f"header {header} has {len(header)}: fix the line (a tab inside a sentence?)."
-                        )
-            number, rest = number + len(lines), data[end:]
-            if not block:
-                return
+        while block := f.read(READ_BYTES):
+            end = block.rfind(b"\n")
+            if end < 0:
+                rest += block
+                continue
+            data, rest = rest + block[: end + 1], block[end + 1 :]
+            text = decode_utf8(data, repr(str(path)), number)
+            lines = text.split("\n")[:-1]
+            number += len(lines)
+            yield _strip_cr(lines, text)
+    if rest:  # a last line without "\n"
+        text = decode_utf8(rest, repr(str(path)), number)
+        yield _strip_cr([text], text)
 
 
-def _table_lines(data: bytes, path: Path, number: int) -> list[str]:
-    """The lines of `data` (whole lines; line `number + 1` of `path` first), decoded, without their line ends."""
-    text = decode_utf8(data, path, number)
-    lines = text.split("\n")
-    if lines[-1] == "":  # after the last "\n"
-        lines.pop()
+def _strip_cr(lines: list[str], text: str) -> list[str]:
+    if "\r" not in text:
+        return lines
     return [line[:-1] if line.endswith("\r") else line for line in lines]
 
 
-def decode_utf8(data: bytes, path: Path, lines_before: int) -> str:
-    """`data` (whole lines of `path`, the first its line `lines_before + 1`) decoded; else a ValueError naming the
-    file, the line and the conversion."""
+def not_utf8(what: str, line: int, byte: bytes) -> ValueError:
+    """The error for a file that is not UTF-8 at `line` (counting from 1): `what` names it (the file, or the flag and
+    the file), and the message says how to convert it."""
+    return ValueError(
+        f"{what} is not UTF-8: line {line} has the byte {byte!r}; convert the file to UTF-8 from its encoding, e.g. "
+        f"`iconv -f latin1 -t utf-8 FILE > FILE.utf8` for Latin-1."
+    )
+
+
+def decode_utf8(data: bytes, what: str, lines_before: int) -> str:
+    """`data` (whole lines of the file `what` names, the first its line `lines_before + 1`) decoded; else `not_utf8`."""
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as error:
         line = lines_before + data.count(b"\n", 0, error.start) + 1
-        raise ValueError(
-            f"{str(path)!r} is not UTF-8: line {line} has the byte {data[error.start : error.start + 1]!r}; convert "
-            f"the file to UTF-8 from its encoding, e.g. `iconv -f latin1 -t utf-8 FILE > FILE.utf8` for Latin-1."
-        ) from None
+        raise not_utf8(what, line, data[error.start : error.start + 1]) from None
