@@ -15,7 +15,7 @@ Variants, all timed on the *same input tensors*, interleaved in one process (rou
 - `ours bf16`, `marian bf16` (with `--dtype float32,bfloat16`): training under `torch.autocast(bfloat16)` with
   float32 master weights (the Trainer's `--bf16`); generation with the model cast whole to bfloat16 (`translate
   --dtype bfloat16`). On a CPU both models then use the eager attention (two bfloat16 matmuls and a float32 softmax):
-  torch's CPU SDPA kernel is slow in bfloat16 (see `vanilla_transformer/translation/precision.py`); Marian gets the same choice,
+  torch's CPU SDPA kernel is slow in bfloat16 (see `vanilla_transformer/precision.py`); Marian gets the same choice,
   and `marian bf16 sdpa` is Marian as shipped (its default SDPA attention) under the same autocast;
 - `ours bf16+compile` (with `--compile`): the same, the model wrapped in `torch.compile` (training only; the first,
   untimed run compiles, and its time is printed);
@@ -77,7 +77,7 @@ from machine_peak import cpu_flags, measure_peaks  # noqa: E402
 
 from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration  # noqa: E402
 from vanilla_transformer.modeling_vanilla_transformer import sinusoidal_position_encoding  # noqa: E402
-from vanilla_transformer.translation.precision import bf16_support, fast_attention_implementation  # noqa: E402
+from vanilla_transformer.precision import bf16_support, fast_attention_implementation  # noqa: E402
 
 
 # Per-preset defaults, chosen so that a run of small + base with both dtypes and --compile stays within ~10 minutes

@@ -79,7 +79,7 @@ def main() -> None:
     args = parser.parse_args()
     global REPO
     REPO = args.repo.resolve()
-    from vanilla_transformer.translation.precision import (
+    from vanilla_transformer.precision import (
         cpu_model_name,  # torch, in this process only: the runs are new ones
     )
 

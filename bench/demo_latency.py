@@ -40,7 +40,7 @@ def main() -> None:
     from vanilla_transformer.data.tokenizer import train_tokenizer
     from vanilla_transformer.demo.computation import Decoding, run_translation
     from vanilla_transformer.demo.views import alignment_html, attention_html, steps_html
-    from vanilla_transformer.translation.precision import cpu_model_name
+    from vanilla_transformer.precision import cpu_model_name
 
     if args.threads:
         torch.set_num_threads(args.threads)

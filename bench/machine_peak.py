@@ -36,7 +36,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from vanilla_transformer import PRESETS  # noqa: E402
-from vanilla_transformer.translation.precision import bf16_support, cpu_model_name  # noqa: E402
+from vanilla_transformer.precision import bf16_support, cpu_model_name  # noqa: E402
 
 
 MODES = ("float32", "float32-medium", "bfloat16")

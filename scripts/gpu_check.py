@@ -47,7 +47,7 @@ import vanilla_transformer  # noqa: E402
 from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration  # noqa: E402
 from vanilla_transformer.data.batching import TokenBatchSampler  # noqa: E402
 from vanilla_transformer.data.tokenizer import train_tokenizer  # noqa: E402
-from vanilla_transformer.translation.precision import bf16_support, cpu_model_name  # noqa: E402
+from vanilla_transformer.precision import bf16_support, cpu_model_name  # noqa: E402
 
 
 PARTS = ("env", "correct", "throughput", "train")

@@ -23,8 +23,8 @@ import torch
 from huggingface_hub import ModelCard
 
 from vanilla_transformer.evaluation.bleu import compute_bleu_with_lowercase
+from vanilla_transformer.precision import cpu_model_name
 from vanilla_transformer.translation.loading import load_model
-from vanilla_transformer.translation.precision import cpu_model_name
 from vanilla_transformer.translation.shipped import PRETRAINED_DIR, shipped_models
 from vanilla_transformer.translation.translate import translate
 

@@ -17,8 +17,8 @@ from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForC
 from vanilla_transformer.arguments import read_lines
 from vanilla_transformer.commands import build_parser, main
 from vanilla_transformer.data.tokenizer import train_tokenizer
+from vanilla_transformer.precision import fast_attention_implementation
 from vanilla_transformer.translation.loading import load_model
-from vanilla_transformer.translation.precision import fast_attention_implementation
 
 
 ROOT = Path(__file__).resolve().parents[1]

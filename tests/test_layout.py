@@ -105,12 +105,11 @@ FLOORS = {
         "vanilla_transformer.translation.loading",
         "vanilla_transformer.translation.shipped",
         "vanilla_transformer.translation.translate",
-        "vanilla_transformer.translation.precision",
         "vanilla_transformer.evaluation.bleu",
         "vanilla_transformer.evaluation.attention",
         "vanilla_transformer.evaluation.metrics_sacrebleu",
         "vanilla_transformer.checkpoints",
-        "vanilla_transformer.arguments",
+        "vanilla_transformer.precision",
     ],
     "tools": [
         "vanilla_transformer.training",
@@ -120,6 +119,7 @@ FLOORS = {
     ],
     "commands": [
         "vanilla_transformer.commands",
+        "vanilla_transformer.arguments",
         "vanilla_transformer.translation.commands",
         "vanilla_transformer.evaluation.commands",
         "vanilla_transformer.hub.commands",

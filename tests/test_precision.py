@@ -1,9 +1,9 @@
-"""translation/precision.py: bfloat16 is chosen where torch says the hardware has it natively, float32 elsewhere, with a reason."""
+"""precision.py: bfloat16 is chosen where torch says the hardware has it natively, float32 elsewhere, with a reason."""
 
 import pytest
 import torch
 
-from vanilla_transformer.translation.precision import bf16_support, fast_attention_implementation, resolve_dtype
+from vanilla_transformer.precision import bf16_support, fast_attention_implementation, resolve_dtype
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,7 @@ import html
 import logging
 import os
 
-from ..evaluation.attention import use_attention
+from ..precision import use_attention
 from .computation import DECODINGS, Decoding, alignment_layer, run_translation
 from .views import DEMO_CSS, alignment_html, attention_html, steps_html
 

@@ -11,8 +11,8 @@ The weights are the model's own: one forward pass with `output_attentions=True, 
 [batch, heads, queries, keys] per layer). Nothing else of the model is used, so a model loaded from a checkpoint's
 own code (`trust_remote_code=True`, class from `transformers_modules`) works like one of this package; and this
 module imports nothing from the package (torch always, matplotlib only to draw), so it can even be loaded by
-path beside such a checkpoint. For the same reason the one switch of a model's attention implementation is here
-(`use_attention`, and `eager_attention` for a block that needs the weights): the trainer and the demo import it.
+path beside such a checkpoint. For the same reason `eager_attention`, the block that needs the weights, switches the
+model itself rather than through `precision.use_attention`.
 
 The target is either generated (by default with the model's generation config, section 6.1) or given; it is then fed to the decoder as in
 training (teacher forcing): decoder position i reads `<s>` (i = 0) or target token i - 1 and predicts target
@@ -227,27 +227,19 @@ def _stacked_weights(outputs) -> dict[str, torch.Tensor]:
     return weights
 
 
-def use_attention(model, implementation: str) -> str | None:
-    """Switch `model` to the attention `implementation` ("eager", "sdpa", ...) in memory: its config as saved keeps
-    the implementation it was given. Returns the implementation it used before, or None when it used this one."""
-    previous = model.config._attn_implementation  # transformers keeps the resolved implementation only there
-    if previous == implementation:
-        return None
-    model.set_attn_implementation(implementation)
-    return previous
-
-
 @contextlib.contextmanager
 def eager_attention(model):
     """`model` on the eager attention inside the `with` block, the one implementation that returns the attention
     weights (`output_attentions=True`; SDPA computes none); its own implementation is restored after."""
-    previous = use_attention(model, "eager")
-    if previous is not None:
+    # Not precision.use_attention: this module imports nothing from the package (its docstring).
+    previous = model.config._attn_implementation  # transformers keeps the resolved implementation only there
+    if previous != "eager":
         logger.info("The model uses %r attention, which returns no weights: 'eager' for this call.", previous)
+        model.set_attn_implementation("eager")
     try:
         yield model
     finally:
-        if previous is not None:
+        if previous != "eager":
             model.set_attn_implementation(previous)
 
 
@@ -477,5 +469,4 @@ __all__ = [
     "select_heads",
     "select_layers",
     "token_labels",
-    "use_attention",
 ]

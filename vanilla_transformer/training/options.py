@@ -30,7 +30,7 @@ from transformers import HfArgumentParser, Seq2SeqTrainingArguments
 
 from ..configuration_vanilla_transformer import PRESETS
 from ..generation_vanilla_transformer import check_decoding
-from ..translation.precision import bf16_support
+from ..precision import bf16_support
 from .preflight import (  # the command line's part that needs neither torch nor transformers
     OPTIONS_FILE,
     TRAINER_GROUP,

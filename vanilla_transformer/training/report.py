@@ -26,7 +26,7 @@ from ..evaluation.bleu import compute_bleu_with_lowercase
 from ..hub.model_card import local_dataset_name, write_attention_figure, write_model_card
 from ..loss_vanilla_transformer import label_smoothed_cross_entropy
 from ..modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
-from ..translation.precision import cpu_bfloat16_units, cpu_model_name
+from ..precision import cpu_bfloat16_units, cpu_model_name
 from ..translation.translate import translate
 from .averaging import average_checkpoints
 from .callbacks import TimeLimit
@@ -325,7 +325,7 @@ def collect_results(trainer, tokenizer, train_split, model_args, data_args, trai
             "hardware": describe_hardware(),
             "world_size": args.world_size,
             "topology": topology(args),
-            # What the step ran in, and why (bf16="auto" follows the hardware; see vanilla_transformer.translation.precision).
+            # What the step ran in, and why (bf16="auto" follows the hardware; see vanilla_transformer.precision).
             "precision": {
                 "mixed_precision": args.mixed_precision,
                 "reason": getattr(args, "precision_reason", None),

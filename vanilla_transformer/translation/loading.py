@@ -192,7 +192,7 @@ def load_model(
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
     from .. import register
-    from .precision import fast_attention_implementation, resolve_dtype
+    from ..precision import fast_attention_implementation, resolve_dtype
 
     register()  # the config and model with the Auto classes (deferred when the command line started the process)
     target = resolve_device(device)

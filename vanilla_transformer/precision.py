@@ -6,7 +6,8 @@ bfloat16 is "native" where the hardware multiplies bfloat16 matrices itself:
   bfloat16 GEMMs there run several times as fast as the float32 ones (docs/performance.md, "Machines";
   bench/machine_peak.py measures a machine). Without either, torch emulates bfloat16 by converting to float32, which
   is slower than float32 itself.
-Used by the trainer (`bf16="auto"`), by `vanilla-transformer translate --dtype auto` and by the benchmarks.
+Used by the trainer (`bf16="auto"`), by `vanilla-transformer translate --dtype auto` and by the benchmarks; the
+switch of a loaded model's attention implementation (`use_attention`) is here too, for the trainer and the demo.
 """
 
 from __future__ import annotations
@@ -84,4 +85,14 @@ def fast_attention_implementation(device: str | torch.device, dtype: torch.dtype
     return None
 
 
-__all__ = ["bf16_support", "fast_attention_implementation", "resolve_dtype"]
+def use_attention(model, implementation: str) -> str | None:
+    """Switch `model` to the attention `implementation` ("eager", "sdpa", ...) in memory: its config as saved keeps
+    the implementation it was given. Returns the implementation it used before, or None when it used this one."""
+    previous = model.config._attn_implementation  # transformers keeps the resolved implementation only there
+    if previous == implementation:
+        return None
+    model.set_attn_implementation(implementation)
+    return previous
+
+
+__all__ = ["bf16_support", "fast_attention_implementation", "resolve_dtype", "use_attention"]
