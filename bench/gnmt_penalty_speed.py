@@ -10,7 +10,7 @@ each batch's fastest time are compared (robust to other jobs on the machine), in
 
 - `--new_tokens` steps exactly (`</s>` suppressed until then): both forms do the same model work, so the ratio is
   the cost of the penalty's code alone;
-- the model's length rule (source length + 50) with `early_stopping=True`, and with "never" (the WMT14 presets'
+- the model's length rule (source length + 50) with `early_stopping=True`, and with "never" (the WMT14 recipes'
   setting): a random model's sentences end at other steps with either form (with `gnmt` any `</s>` among the
   2 x beam candidates finishes a hypothesis), so the generated-token counts and the time per token are printed too.
 

@@ -139,7 +139,7 @@ def test_generated_target_is_the_beam_search_output(model, tokenizer):
 
 
 def test_by_default_the_translation_uses_the_models_generation_config(model, tokenizer, monkeypatch):
-    """As `generate`, `translate` and the pipeline: the Multi30k presets' models decode with beam 6, and their card's
+    """As `generate`, `translate` and the pipeline: the Multi30k recipes' models decode with beam 6, and their card's
     figure must show the translation their test BLEU was scored on."""
     calls = []
     generate = model.generate

@@ -359,25 +359,25 @@ def test_a_form_the_model_does_not_know_and_a_negative_gnmt_alpha_are_refused(op
         model.generate(input_ids=ids, attention_mask=mask)
 
 
-# --- the WMT14 presets: saved, and loaded with transformers alone ----------------------------------------------------
+# --- the WMT14 recipes: saved, and loaded with transformers alone ----------------------------------------------------
 
 
-def preset_decoding(name: str) -> GenerationConfig:
+def recipe_decoding(name: str) -> GenerationConfig:
     from vanilla_transformer.training.command import set_decoding
     from vanilla_transformer.training.options import RunArguments
 
-    preset = json.loads(
+    recipe = json.loads(
         (Path(__file__).resolve().parents[1] / "vanilla_transformer" / "training" / "recipes" / name).read_text()
     )
-    run_args = RunArguments(**{f.name: preset[f.name] for f in fields(RunArguments) if f.name in preset})
+    run_args = RunArguments(**{f.name: recipe[f.name] for f in fields(RunArguments) if f.name in recipe})
     config = GenerationConfig(num_beams=4, length_penalty=0.6, early_stopping=True)
     set_decoding(config, run_args)
     return config
 
 
-def test_presets_decoding():
+def test_recipes_decoding():
     for name in ("wmt14_en_de_base.json", "wmt14_en_de_big.json"):
-        config = preset_decoding(name)
+        config = recipe_decoding(name)
         assert (config.num_beams, config.length_penalty, config.length_penalty_form, config.early_stopping) == (
             4,
             0.6,
@@ -385,7 +385,7 @@ def test_presets_decoding():
             "never",
         )
     for name in ("multi30k_en_de_cpu.json", "multi30k_de_en_cpu.json", "multi30k_en_fr_cpu.json"):
-        config = preset_decoding(name)
+        config = recipe_decoding(name)
         assert (config.num_beams, config.length_penalty, config.length_penalty_form) == (6, 1.3, "length")
 
 
@@ -395,7 +395,7 @@ def test_a_recipe_with_num_beams_1_saves_a_greedy_generation_config(tmp_path):
     from vanilla_transformer.training.command import set_decoding
     from vanilla_transformer.training.options import RunArguments
 
-    preset = json.loads(
+    recipe = json.loads(
         (
             Path(__file__).resolve().parents[1]
             / "vanilla_transformer"
@@ -404,7 +404,7 @@ def test_a_recipe_with_num_beams_1_saves_a_greedy_generation_config(tmp_path):
             / "multi30k_en_de_cpu.json"
         ).read_text()
     )
-    fields_ = {f.name: preset[f.name] for f in fields(RunArguments) if f.name in preset}
+    fields_ = {f.name: recipe[f.name] for f in fields(RunArguments) if f.name in recipe}
     run_args = RunArguments(**{**fields_, "num_beams": 1})
     model = tiny_model(0)
     set_decoding(model.generation_config, run_args)
@@ -414,9 +414,9 @@ def test_a_recipe_with_num_beams_1_saves_a_greedy_generation_config(tmp_path):
     assert saved.get("num_beams", 1) == 1 and not saved.get("early_stopping", False)
 
 
-def test_a_wmt14_preset_model_decodes_with_the_gnmt_penalty_where_only_transformers_is_installed(tmp_path):
+def test_a_wmt14_recipe_model_decodes_with_the_gnmt_penalty_where_only_transformers_is_installed(tmp_path):
     model = tiny_model(4)
-    decoding = preset_decoding("wmt14_en_de_base.json")
+    decoding = recipe_decoding("wmt14_en_de_base.json")
     for key in ("num_beams", "length_penalty", "length_penalty_form", "early_stopping"):
         setattr(model.generation_config, key, getattr(decoding, key))
     ckpt = tmp_path / "ckpt"

@@ -35,7 +35,7 @@ RESULTS = {
         "train_runtime_s": 3725.4,
         "tokens_per_second": 5234.2,
         "hardware": "2-core CPU (no GPU)",
-        "hyperparameters": {"learning_rate": 0.0007, "warmup_steps": 4000, "label_smoothing": 0.1},
+        "hyperparameters": {"learning_rate": 0.0007, "warmup_steps": 4000, "label_smoothing_factor": 0.1},
     },
     "checkpoint_averaging": {"num_checkpoints": 5, "checkpoints": ["checkpoint-1000", "checkpoint-1200"]},
     "decoding": {"num_beams": 4, "length_penalty": 0.6},
@@ -259,8 +259,8 @@ def test_bad_arguments_raise_value_errors(tmp_path):
 
 
 def test_a_local_dataset_is_named_by_its_folder_or_as_multi30k_in_a_clone(tmp_path):
-    """The presets read Multi30k from a clone of its repository (README): the card names it Multi30k, whatever the
-    clone is called; other folders by their own name."""
+    """The Multi30k recipes read Multi30k from a clone of its repository (README): the card names it Multi30k,
+    whatever the clone is called; other folders by their own name."""
     for clone in ("multi30k", "dataset"):
         assert local_dataset_name(tmp_path / clone / "data" / "task1" / "raw") == "multi30k"
     assert local_dataset_name(tmp_path / "shared" / "data" / "multi30k") == "multi30k"

@@ -241,9 +241,9 @@ def test_installed_wheel_writes_a_model_card_outside_the_repository(fresh_env, t
     assert report["card_bleu"] == report["bleu"] and "tok:13a" in report["signature"]
 
 
-def test_installed_wheel_trains_with_a_shipped_preset_from_any_directory(fresh_env, tmp_path):
+def test_installed_wheel_trains_with_a_shipped_recipe_from_any_directory(fresh_env, tmp_path):
     """`vanilla-transformer train --recipe multi30k_en_de_cpu` from the wheel, in a directory outside the checkout:
-    the preset is package data, the command trains, saves, and the model loads; the module form is the same command;
+    the recipe is package data, the command trains, saves, and the model loads; the module form is the same command;
     a mistake is one line naming the flag, exit status 2."""
     from helpers import read_multi30k
 
@@ -299,7 +299,7 @@ def test_installed_wheel_trains_with_a_shipped_preset_from_any_directory(fresh_e
     )
     results = json.loads((work / "run" / "results.json").read_text())
     assert results["training"]["steps"] == 5 and results["bleu"]["test"]["sentences"] == 8
-    assert results["training"]["hyperparameters"]["label_smoothing"] == 0.2  # the preset's recipe
+    assert results["training"]["hyperparameters"]["label_smoothing_factor"] == 0.2  # the recipe's
     # The module form runs the same command; its errors are one line.
     bad = subprocess.run(
         [

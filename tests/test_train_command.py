@@ -1,5 +1,5 @@
-"""`vanilla-transformer train` as a person meets it: the same losses as before the training layer moved, presets by
-name, help in groups, and every option, preset and data error as one line naming the flag, with nothing written."""
+"""`vanilla-transformer train` as a person meets it: the same losses as before the training layer moved, recipes by
+name, help in groups, and every option, recipe and data error as one line naming the flag, with nothing written."""
 
 import json
 import logging
@@ -24,7 +24,7 @@ from safetensors.torch import load_file
 
 from vanilla_transformer.training import command as train
 from vanilla_transformer.training.options import parse_args
-from vanilla_transformer.training.preflight import PRESETS_DIR, default_recipe, shipped_presets
+from vanilla_transformer.training.preflight import RECIPES_DIR, default_recipe, shipped_recipes
 
 
 REFERENCE = Path(__file__).resolve().parent / "data" / "reference_losses.json"
@@ -118,7 +118,7 @@ def _run_main(argv, capsys, monkeypatch, cwd: Path):
         (["--max_tokens", "0"], "--max_tokens", "at least 1"),
         (["--learning_rate", "0.001"], "--learning_rate", "--lr_factor"),
         (["--per_device_train_batch_size", "16"], "--per_device_train_batch_size", "--max_tokens"),
-        (["--recipe", "no_such_preset"], "--recipe", "multi30k_en_de_cpu"),
+        (["--recipe", "no_such_recipe"], "--recipe", "multi30k_en_de_cpu"),
         (["--preset", "huge"], "--preset", "small"),
         (["--num_beams", "0"], "--num_beams", "at least 1"),
         (["--test_split", "test_2017"], "--test_split", "test_2016_flickr"),
@@ -148,10 +148,10 @@ def test_other_split_names_are_pointed_to_their_flag(tmp_path, capsys, monkeypat
     assert list((tmp_path / "cwd").iterdir()) == []
 
 
-def test_a_preset_key_with_a_typo_gets_a_did_you_mean(tmp_path, capsys, monkeypatch):
-    preset = tmp_path / "mine.json"
-    preset.write_text(json.dumps({"warmup_step": 100}))
-    status, err = _run_main(["--recipe", str(preset)], capsys, monkeypatch, tmp_path / "cwd")
+def test_a_recipe_key_with_a_typo_gets_a_did_you_mean(tmp_path, capsys, monkeypatch):
+    recipe = tmp_path / "mine.json"
+    recipe.write_text(json.dumps({"warmup_step": 100}))
+    status, err = _run_main(["--recipe", str(recipe)], capsys, monkeypatch, tmp_path / "cwd")
     assert status == 2 and "unknown option 'warmup_step'; did you mean 'warmup_steps'?" in err
 
 
@@ -178,12 +178,12 @@ def test_the_command_line_gives_no_traceback_and_exit_status_2(tmp_path):
         assert list(tmp_path.iterdir()) == []
 
 
-def test_presets_are_shipped_and_selected_by_name_or_path(tmp_path):
+def test_recipes_are_shipped_and_selected_by_name_or_path(tmp_path):
     assert {"multi30k_en_de_cpu", "multi30k_de_en_cpu", "multi30k_en_fr_cpu", "wmt14_en_de_base"} <= set(
-        shipped_presets()
+        shipped_recipes()
     )
     by_name = parse_args(["--recipe", "multi30k_en_de_cpu", "--output_dir", str(tmp_path)])
-    by_path = parse_args(["--recipe", str(PRESETS_DIR / "multi30k_en_de_cpu.json"), "--output_dir", str(tmp_path)])
+    by_path = parse_args(["--recipe", str(RECIPES_DIR / "multi30k_en_de_cpu.json"), "--output_dir", str(tmp_path)])
     assert by_name[-1].to_dict() == by_path[-1].to_dict()
     assert by_name[-1].label_smoothing_factor == 0.2 and by_name[3].num_beams == 6
     for other in ("configs/multi30k_en_de_cpu.json", "recipes/multi30k_en_de_cpu.json", "multi30k_en_de_cpu.json"):
@@ -242,7 +242,7 @@ def test_help_lists_the_recipe_in_groups_and_help_all_the_trainers_other_options
             "run and output",
         ]
         assert ("--neftune_noise_alpha" in text) == trainer_only_shown
-        # The preset's values are the defaults shown.
+        # The recipe's values are the defaults shown.
         assert "--label_smoothing_factor" in text and "(default: 0.2)" in text
 
 
@@ -320,9 +320,7 @@ def test_the_readmes_own_data_command_runs_as_written(tmp_path, monkeypatch):
     assert (tmp_path / argv[argv.index("--output_dir") + 1] / "model.safetensors").is_file()
     # No --recipe: the small-corpus recipe, its warm-up fitted to the two updates asked for.
     recipe = results["training"]["recipe"]
-    assert (
-        recipe["config"] == "own_data_small" and recipe["default"] and recipe["warmup_fitted"]["warmup_steps"][1] == 1
-    )
+    assert recipe["name"] == "own_data_small" and recipe["default"] and recipe["warmup_fitted"]["warmup_steps"][1] == 1
     (warning,) = results["warnings"]
     assert warning.startswith("Not a usable model: after 2 updates its ") and "--max_steps" in warning
 
@@ -335,12 +333,12 @@ def test_tokenization_uses_the_cores_for_a_large_corpus_only(monkeypatch):
     assert train.tokenization_processes(3, 4_500_000) == 3  # --preprocessing_num_workers wins
 
 
-def test_without_config_the_recipe_is_the_multi30k_presets_less_their_data():
+def test_without_recipe_the_recipe_is_the_multi30k_recipes_less_their_data():
     """The recipe of a run without --recipe is the evidence of the Multi30k search (docs/results.md, How the recipe was
-    chosen): the Multi30k presets' options less what names their data (languages, splits, files, output, the length
+    chosen): the Multi30k recipes' options less what names their data (languages, splits, files, output, the length
     filter); for a corpus of a million pairs or more, the same with the paper's regularisation."""
     small, large, multi30k = (
-        json.loads((PRESETS_DIR / f"{name}.json").read_text())
+        json.loads((RECIPES_DIR / f"{name}.json").read_text())
         for name in ("own_data_small", "own_data_large", "multi30k_en_de_cpu")
     )
     data = {"dataset", "src_lang", "tgt_lang", "train_split", "validation_split", "test_split", "output_dir"}
@@ -369,7 +367,7 @@ def test_the_default_recipe_fits_its_warm_up_to_the_runs_budget(tmp_path, bf16, 
         return model_args, run_args, training_args
 
     _, run_args, training_args = parse()
-    assert training_args.recipe == {"config": "own_data_small", "default": True}
+    assert training_args.recipe == {"name": "own_data_small", "default": True}
     assert (training_args.max_steps, run_args.max_train_minutes, training_args.warmup_steps) == (100_000, 60, warmup)
     assert training_args.warmup_fitted is None and run_args.average_last == 10
     assert training_args.fit_warmup_to_speed == {"lr_factor": True}
@@ -399,11 +397,11 @@ def test_the_default_recipe_fits_its_warm_up_to_the_runs_budget(tmp_path, bf16, 
     assert (training_args.max_steps, training_args.num_train_epochs) == (-1, 5)
     assert parse("--num_train_epochs", "5", "--max_steps", "7")[-1].max_steps == 7
     model_args, _, training_args = parse(train_pairs=2_000_000)
-    assert training_args.recipe == {"config": "own_data_large", "default": True}
+    assert training_args.recipe == {"name": "own_data_large", "default": True}
     assert (training_args.label_smoothing_factor, model_args.dropout, training_args.subword_split) == (0.1, 0.1, 0.0)
-    # A preset's own warm-up is fitted the same way, for a preset named with --recipe.
+    # A shipped recipe's own warm-up is fitted the same way, for a recipe named with --recipe.
     training_args = parse("--recipe", "multi30k_en_de_cpu", "--max_steps", "2000")[-1]
-    assert training_args.recipe == {"config": "multi30k_en_de_cpu", "default": False}
+    assert training_args.recipe == {"name": "multi30k_en_de_cpu", "default": False}
     assert training_args.warmup_steps == 500 and training_args.fit_warmup_to_speed
 
 
@@ -435,9 +433,9 @@ def test_a_run_stopped_inside_its_warm_up_says_so_last_and_its_card_says_it_is_n
 
 @pytest.mark.slow
 @needs_multi30k_clone
-def test_the_readmes_own_data_command_trains_a_translator_on_a_corpus_without_a_preset(tmp_path):
+def test_the_readmes_own_data_command_trains_a_translator_on_a_corpus_without_a_recipe(tmp_path):
     """The README's own-data command as a person runs it (its console script, in a new process with the machine's
-    threads) on Multi30k's French->German, a direction no preset has, laid out as the README's tables (all 29,000
+    threads) on Multi30k's French->German, a direction no recipe has, laid out as the README's tables (all 29,000
     training pairs, 1,014 validation, 1,000 test). Only the dataset, the languages, the columns, the output
     directory and the time limit are substituted. Without --recipe it trains until its limit, validates at the end,
     averages the checkpoints of its cool-down, and learns to translate.
@@ -469,7 +467,7 @@ def test_the_readmes_own_data_command_trains_a_translator_on_a_corpus_without_a_
     run = tmp_path / "run"
     results = json.loads((run / "results.json").read_text())
     training = results["training"]
-    assert training["recipe"]["config"] == "own_data_small" and training["recipe"]["default"]
+    assert training["recipe"]["name"] == "own_data_small" and training["recipe"]["default"]
     # Until the limit (the cool-down may end a little before it), not until an epoch count.
     assert training["train_runtime_s"] >= 0.9 * OWN_DATA_MINUTES * 60 and training["steps"] < 100_000
     start, end = training["hyperparameters"]["lr_cooldown_updates"]

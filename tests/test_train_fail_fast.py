@@ -201,9 +201,9 @@ def live_help(argv: list[str]) -> str:
     """`--help` of the live parser: the dataclasses' HfArgumentParser, with the recipe's defaults."""
     known = {f.name for cls in options.ARGUMENT_CLASSES for f in options.dataclasses.fields(cls) if f.init}
     given = preflight.given_options(options.build_parser(), argv, known)
-    preset, cpu_float32 = preflight.read_preset(given.get("recipe") or preflight.default_recipe(), known)
+    recipe, cpu_float32 = preflight.read_recipe(given.get("recipe") or preflight.default_recipe(), known)
     parser = options.build_parser(show_all=bool(given.get("help_all")))
-    return preflight.format_help(parser, given, preset, cpu_float32)
+    return preflight.format_help(parser, given, recipe, cpu_float32)
 
 
 def test_the_option_table_is_the_live_parsers():

@@ -16,8 +16,9 @@ from vanilla_transformer import VanillaTransformerForConditionalGeneration
 from vanilla_transformer.data.tokenizer import load_tokenizer
 from vanilla_transformer.training import command as train
 from vanilla_transformer.training import report
+from vanilla_transformer.training import trainer as trainer_module
 from vanilla_transformer.training.options import VanillaTrainingArguments, parse_args
-from vanilla_transformer.training.preflight import PRESETS_DIR
+from vanilla_transformer.training.preflight import RECIPES_DIR
 from vanilla_transformer.training.report import describe_hardware
 
 
@@ -122,7 +123,7 @@ def test_short_training_run_lowers_validation_loss_and_writes_a_loadable_model(d
         "reason": "float32",
         "attention": "sdpa",
         "torch_compile": False,
-        "cpu_float32_options": json.loads((PRESETS_DIR / "own_data_small.json").read_text())["cpu_float32"],
+        "cpu_float32_options": json.loads((RECIPES_DIR / "own_data_small.json").read_text())["cpu_float32"],
     }
     # The machine, as the speed figures depend on it: the instruction set torch's kernels use, cores, threads.
     hardware = results["training"]["hardware"]
@@ -164,7 +165,7 @@ def test_short_training_run_lowers_validation_loss_and_writes_a_loadable_model(d
     "change, match",
     [
         (["--preset", "huge"], "preset 'huge' does not exist"),
-        (["--recipe", "configs/no_such_preset.json"], "does not exist"),
+        (["--recipe", "configs/no_such_recipe.json"], "does not exist"),
         (["--tgt_lang", "xx"], "xx"),
         (["--dataset", "/nonexistent/corpus"], "does not exist"),
         (["--max_length", "5000"], "max_tokens"),
@@ -183,10 +184,10 @@ def test_bad_arguments_fail_before_training(data_dir, tmp_path, change, match):
 
 
 @pytest.mark.parametrize("form", ["separate", "equals"])
-def test_config_file_sets_defaults_that_the_command_line_overrides(tmp_path, form):
-    config = tmp_path / "preset.json"
-    config.write_text(json.dumps({"max_steps": 7, "vocab_size": 1234, "preset": "base", "warmup_steps": 11}))
-    option = ["--recipe", str(config)] if form == "separate" else [f"--recipe={config}"]
+def test_recipe_file_sets_defaults_that_the_command_line_overrides(tmp_path, form):
+    recipe = tmp_path / "recipe.json"
+    recipe.write_text(json.dumps({"max_steps": 7, "vocab_size": 1234, "preset": "base", "warmup_steps": 11}))
+    option = ["--recipe", str(recipe)] if form == "separate" else [f"--recipe={recipe}"]
     model_args, _, tok_args, _, training_args = parse_args(
         [*option, "--output_dir", str(tmp_path / "run"), "--warmup_steps", "22", "--report_to", "none"]
     )
@@ -194,14 +195,14 @@ def test_config_file_sets_defaults_that_the_command_line_overrides(tmp_path, for
     assert training_args.warmup_steps == 22  # the command line wins
 
 
-@pytest.mark.parametrize("path", sorted(PRESETS_DIR.glob("*.json")), ids=lambda p: p.name)
-def test_shipped_presets_parse(path):
+@pytest.mark.parametrize("path", sorted(RECIPES_DIR.glob("*.json")), ids=lambda p: p.name)
+def test_shipped_recipes_parse(path):
     model_args, data_args, _, run_args, training_args = parse_args(["--recipe", str(path)])
     assert training_args.output_dir and model_args.preset
     if path.name.startswith("multi30k_"):
         # One recipe for every Multi30k direction (tuned on EN->DE validation data): only the languages and the
         # output directory differ, and each direction's files exist in the tests' Multi30k sample.
-        recipe = json.loads((PRESETS_DIR / "multi30k_en_de_cpu.json").read_text())
+        recipe = json.loads((RECIPES_DIR / "multi30k_en_de_cpu.json").read_text())
         own = json.loads(path.read_text())
         assert {k: v for k, v in own.items() if recipe.get(k) != v} == {
             k: own[k] for k in ("src_lang", "tgt_lang", "output_dir") if own[k] != recipe[k]
@@ -215,7 +216,7 @@ def test_shipped_presets_parse(path):
         # Its float32-on-a-CPU options parse and apply on any machine (`--bf16 false --use_cpu` force that case).
         options = own["cpu_float32"]
         parsed = parse_args(["--recipe", str(path), "--bf16", "false", "--use_cpu", "true"])
-        assert parsed[-1].preset_cpu_float32 == options
+        assert parsed[-1].recipe_cpu_float32 == options
         for key, value in options.items():
             assert [getattr(args, key) for args in parsed if hasattr(args, key)] == [value], key
 
@@ -247,10 +248,10 @@ def test_layer_options_set_each_stack(tmp_path, options, depths):
     assert (len(model.model.encoder.layers), len(model.model.decoder.layers)) == depths
 
 
-def test_unknown_key_in_config_file_is_named(tmp_path):
-    config = tmp_path / "preset.json"
-    config.write_text(json.dumps({"max_steps": 7, "max_step": 8}))
-    for option in (["--recipe", str(config)], [f"--recipe={config}"]):
+def test_unknown_key_in_recipe_file_is_named(tmp_path):
+    recipe = tmp_path / "recipe.json"
+    recipe.write_text(json.dumps({"max_steps": 7, "max_step": 8}))
+    for option in (["--recipe", str(recipe)], [f"--recipe={recipe}"]):
         with pytest.raises(ValueError, match="'max_step'"):
             parse_args([*option, "--output_dir", str(tmp_path / "run")])
 
@@ -260,21 +261,21 @@ CPU_FLOAT32_OPTIONS = {"subword_split": 0.0, "dropout": 0.1}
 
 @pytest.mark.parametrize("native_bf16", [False, True], ids=["avx2", "avx512_bf16"])
 def test_cpu_float32_options_apply_when_the_run_trains_in_float32_on_a_cpu(tmp_path, monkeypatch, native_bf16):
-    """A config file's `cpu_float32` options replace its own when bf16 "auto" finds no native bfloat16 on the CPU, or
+    """A recipe file's `cpu_float32` options replace its own when bf16 "auto" finds no native bfloat16 on the CPU, or
     bf16 is off; not when the run trains in bfloat16, nor off the CPU. The command line wins over them too."""
     monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: native_bf16)
     monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
-    config = tmp_path / "preset.json"
-    config.write_text(
+    recipe = tmp_path / "recipe.json"
+    recipe.write_text(
         json.dumps(
             {"bf16": "auto", "use_cpu": True, "subword_split": 0.1, "dropout": 0.2, "cpu_float32": CPU_FLOAT32_OPTIONS}
         )
     )
 
     def parse(*extra):
-        argv = ["--recipe", str(config), "--output_dir", str(tmp_path / "run"), "--report_to", "none", *extra]
+        argv = ["--recipe", str(recipe), "--output_dir", str(tmp_path / "run"), "--report_to", "none", *extra]
         model_args, _, _, _, training_args = parse_args(argv)
-        return training_args.subword_split, model_args.dropout, getattr(training_args, "preset_cpu_float32", None)
+        return training_args.subword_split, model_args.dropout, getattr(training_args, "recipe_cpu_float32", None)
 
     file_options, float32_options = (0.1, 0.2, None), (0.0, 0.1, CPU_FLOAT32_OPTIONS)
     assert parse() == (file_options if native_bf16 else float32_options)
@@ -296,35 +297,35 @@ def test_a_torch_built_for_cuda_without_a_gpu_trains_as_a_cpu_run(tmp_path, monk
         "current_accelerator",
         lambda check_available=False: None if check_available else torch.device("cuda"),
     )
-    config = tmp_path / "preset.json"
-    config.write_text(json.dumps({"subword_split": 0.1, "cpu_float32": CPU_FLOAT32_OPTIONS}))
-    argv = ["--recipe", str(config), "--output_dir", str(tmp_path / "run"), "--report_to", "none", "--bf16", "false"]
+    recipe = tmp_path / "recipe.json"
+    recipe.write_text(json.dumps({"subword_split": 0.1, "cpu_float32": CPU_FLOAT32_OPTIONS}))
+    argv = ["--recipe", str(recipe), "--output_dir", str(tmp_path / "run"), "--report_to", "none", "--bf16", "false"]
     _, _, _, _, training_args = parse_args(argv)
-    assert training_args.use_cpu and training_args.preset_cpu_float32 == CPU_FLOAT32_OPTIONS
+    assert training_args.use_cpu and training_args.recipe_cpu_float32 == CPU_FLOAT32_OPTIONS
     assert training_args.subword_split == 0.0
 
 
 @pytest.mark.parametrize(
-    "command_line", [[], ["--label_smoothing_factor", "0.3"]], ids=["preset", "command_line_wins"]
+    "command_line", [[], ["--label_smoothing_factor", "0.3"]], ids=["recipe", "command_line_wins"]
 )
 def test_a_float32_cpu_run_trains_with_the_cpu_float32_options_and_records_them(
     data_dir, tmp_path, caplog, command_line
 ):
     options = {"subword_split": 0.05, "label_smoothing_factor": 0.2}
-    config = tmp_path / "preset.json"
-    config.write_text(
+    recipe = tmp_path / "recipe.json"
+    recipe.write_text(
         json.dumps(
             {"subword_split": 0.1, "label_smoothing_factor": 0.1, "bidirectional_steps": 1, "cpu_float32": options}
         )
     )
     extra = ["--max_steps", "2", "--test_split", "", "--plots", "false", "--max_train_samples", "300", *command_line]
     with caplog.at_level(logging.INFO, logger="vanilla_transformer.training.command"):
-        results = train.train(["--recipe", str(config), *_args(data_dir, tmp_path / "run", *extra, "--bf16", "false")])
+        results = train.train(["--recipe", str(recipe), *_args(data_dir, tmp_path / "run", *extra, "--bf16", "false")])
     assert results["training"]["precision"]["cpu_float32_options"] == options
     hyperparameters = results["training"]["hyperparameters"]
     smoothing = 0.3 if command_line else 0.2
-    assert (hyperparameters["subword_split"], hyperparameters["label_smoothing"]) == (0.05, smoothing)
-    assert hyperparameters["bidirectional_steps"] == 1  # a config file's training field, recorded
+    assert (hyperparameters["subword_split"], hyperparameters["label_smoothing_factor"]) == (0.05, smoothing)
+    assert hyperparameters["bidirectional_steps"] == 1  # a recipe file's training field, recorded
     # The log names the options, and what the command line changed in them (what the run really used).
     (message,) = [r.getMessage() for r in caplog.records if "'cpu_float32' options apply" in r.getMessage()]
     assert str(options) in message
@@ -343,10 +344,10 @@ def test_a_float32_cpu_run_trains_with_the_cpu_float32_options_and_records_them(
     ],
 )
 def test_bad_cpu_float32_options_are_named(tmp_path, options, match):
-    config = tmp_path / "preset.json"
-    config.write_text(json.dumps({"max_steps": 7, "cpu_float32": options}))
+    recipe = tmp_path / "recipe.json"
+    recipe.write_text(json.dumps({"max_steps": 7, "cpu_float32": options}))
     with pytest.raises(ValueError, match=match):
-        parse_args(["--recipe", str(config), "--output_dir", str(tmp_path / "run")])
+        parse_args(["--recipe", str(recipe), "--output_dir", str(tmp_path / "run")])
 
 
 def test_an_earlier_run_in_the_output_dir_is_refused_resumed_or_overwritten(data_dir, tmp_path):
@@ -424,7 +425,7 @@ def test_a_run_stopped_before_its_first_checkpoint_is_started_again(data_dir, tm
         raise KeyboardInterrupt
 
     with monkeypatch.context() as patch:
-        patch.setattr(train, "build_trainer", stop)
+        patch.setattr(trainer_module, "build_trainer", stop)
         with pytest.raises(KeyboardInterrupt):
             train.train(_args(data_dir, out, *short))
     assert sorted(p.name for p in out.iterdir()) == ["tokenizer"]

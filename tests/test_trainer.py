@@ -159,7 +159,7 @@ def test_bf16_auto_is_on_only_where_the_hardware_has_bfloat16(tmp_path, monkeypa
     args = VanillaTrainingArguments(output_dir=str(tmp_path), report_to=[], use_cpu=True, bf16="auto")
     assert args.bf16 is native and args.mixed_precision == ("bf16" if native else "no")
     assert ("AVX512_BF16" if native else "emulated") in args.precision_reason
-    # What the command line and the presets give: strings; a bare `--bf16` is "true".
+    # What the command line and the recipes give: strings; a bare `--bf16` is "true".
     assert VanillaTrainingArguments(output_dir=str(tmp_path), report_to=[], use_cpu=True, bf16="true").bf16 is True
     assert VanillaTrainingArguments(output_dir=str(tmp_path), report_to=[], bf16=False).bf16 is False
     with pytest.raises(ValueError, match="`bf16` must be true, false or auto, got 'sometimes'"):

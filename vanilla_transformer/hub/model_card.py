@@ -105,7 +105,7 @@ HYPERPARAMETER_LABELS = {
     "learning_rate": "learning rate",
     "lr_cooldown": "learning-rate cool-down, fraction of the run",
     "lr_cooldown_updates": "cool-down updates",
-    "label_smoothing": "label smoothing (paper: 0.1)",
+    "label_smoothing_factor": "label smoothing (paper: 0.1)",
     "dropout": "dropout (paper: 0.1)",
     "subword_split": "subword splitting probability",
     "bidirectional_steps": "bidirectional updates",

@@ -1,4 +1,4 @@
-"""The options of `vanilla-transformer train`, and how a command line and a preset become them.
+"""The options of `vanilla-transformer train`, and how a command line and a recipe become them.
 
 Five dataclasses, parsed by transformers' `HfArgumentParser` (as `run_translation.py` does): the model
 (`ModelArguments`), the data (`DataArguments`), the tokenizer (`TokenizerArguments`), the run's own
@@ -46,7 +46,7 @@ from .preflight import (  # the command line's part that needs neither torch nor
     number_or_none,
     output_dir_problem,
     parser_settings,
-    read_preset,
+    read_recipe,
     resume_value,
 )
 
@@ -64,10 +64,10 @@ LR_SCHEDULES = ("noam", "trainer")
 WARMUP_SHARE = 0.25
 
 
-def fit_warmup(warmup: float, minutes: float | None, preset_minutes: float | None, max_steps: int) -> float:
-    """A preset's warm-up (updates) fitted to a run's budget, for a warm-up the command line does not set: scaled by
-    `minutes / preset_minutes` when the run's time limit is shorter than the one the preset's warm-up was chosen for
-    (the Multi30k presets' 60), and at most WARMUP_SHARE of `max_steps` (when positive). A warm-up below 1 (a ratio
+def fit_warmup(warmup: float, minutes: float | None, recipe_minutes: float | None, max_steps: int) -> float:
+    """A recipe's warm-up (updates) fitted to a run's budget, for a warm-up the command line does not set: scaled by
+    `minutes / recipe_minutes` when the run's time limit is shorter than the one the recipe's warm-up was chosen for
+    (the Multi30k recipes' 60), and at most WARMUP_SHARE of `max_steps` (when positive). A warm-up below 1 (a ratio
     of `max_steps`, the Trainer's convention) already scales and is returned as it is.
 
     Why: a warm-up is sized for its run. The float32 recipe's 1,600 updates are a quarter of its hour; a 10-minute run
@@ -76,8 +76,8 @@ def fit_warmup(warmup: float, minutes: float | None, preset_minutes: float | Non
     if warmup < 1:
         return warmup
     fitted = warmup
-    if minutes and preset_minutes and minutes < preset_minutes:
-        fitted = warmup * minutes / preset_minutes
+    if minutes and recipe_minutes and minutes < recipe_minutes:
+        fitted = warmup * minutes / recipe_minutes
     if max_steps > 0:
         fitted = min(fitted, WARMUP_SHARE * max_steps)
     return max(1, round(fitted))
@@ -286,7 +286,7 @@ class RunArguments:
         check_decoding(
             num_beams=self.num_beams, length_penalty=self.length_penalty, length_penalty_form=self.length_penalty_form
         )
-        if isinstance(self.early_stopping, bool):  # a preset's JSON true / false
+        if isinstance(self.early_stopping, bool):  # a recipe's JSON true / false
             self.early_stopping = str(self.early_stopping).lower()
         if self.early_stopping is not None:
             self.early_stopping = self.early_stopping.strip().lower()
@@ -298,7 +298,7 @@ class RunArguments:
 def resolve_bf16(value, fp16: bool, device_type: str) -> tuple[bool, str]:
     """(bfloat16 on, why) for a `bf16` of True/False, "true"/"false" or "auto" (on where `device_type` has bfloat16
     natively, unless fp16 is asked for): the one rule behind `VanillaTrainingArguments.bf16` and the choice of a
-    preset's `cpu_float32` options."""
+    recipe's `cpu_float32` options."""
     value = bf16_word(value)
     if value == "auto":
         if fp16:
@@ -395,7 +395,7 @@ class VanillaTrainingArguments(Seq2SeqTrainingArguments):
         default=False,
         metadata={"help": "Every parameter gets a gradient in every step, so DDP need not search for unused ones."},
     )
-    # Mixed precision: `bf16` also takes "auto" (the presets' value), resolved in __post_init__ to a bool.
+    # Mixed precision: `bf16` also takes "auto" (the recipes' value), resolved in __post_init__ to a bool.
     bf16: str = field(
         default="false",
         metadata={
@@ -531,7 +531,7 @@ HELP_GROUPS = {
 # resume, a push at every save).
 HELP_TEXTS = {
     "gradient_accumulation_steps": "Micro-batches per update: an update holds about max_tokens x processes x this "
-    "many tokens per side (the paper's base preset: 3,125 x 8 x 1 = 25,000). The loss is normalised by the "
+    "many tokens per side (the paper's base recipe: 3,125 x 8 x 1 = 25,000). The loss is normalised by the "
     "update's target tokens, so splitting an update does not change it.",
     "resume_from_checkpoint": "Continue a run: true = the newest complete checkpoint of --output_dir, or a "
     "checkpoint-<step> directory. The learning rate, data order, augmentation and losses go on as without the "
@@ -624,7 +624,7 @@ def _option_field(field: dataclasses.Field, hint, shown: bool) -> tuple:
 
 def trains_in_float32_on_cpu(bf16, fp16, use_cpu) -> bool:
     """Whether the run trains in float32 on a CPU, from the raw `bf16` (true/false/auto), `fp16` and `use_cpu` of the
-    command line or preset, before the arguments are built (the decision `VanillaTrainingArguments` makes)."""
+    command line or recipe, before the arguments are built (the decision `VanillaTrainingArguments` makes)."""
     fp16, use_cpu = (str(v).strip().lower() in TRUE_WORDS for v in (fp16, use_cpu))
     device = VanillaTrainingArguments._training_device_type(SimpleNamespace(use_cpu=use_cpu))
     return device == "cpu" and not fp16 and not resolve_bf16(bf16, fp16, device)[0]
@@ -644,16 +644,16 @@ def parse_args(argv: list[str] | None = None, train_pairs: int | None = None):
     known = {f.name for cls in ARGUMENT_CLASSES for f in dataclasses.fields(cls) if f.init}
     parser = build_parser()
     given = given_options(parser, argv, known)
-    config = given.get("recipe") or default_recipe(train_pairs)
-    preset, cpu_float32 = read_preset(config, known)
+    recipe_name = given.get("recipe") or default_recipe(train_pairs)
+    recipe, cpu_float32 = read_recipe(recipe_name, known)
     if given.get("help") or given.get("help_all"):  # `preflight` prints them too, from options.json
         parser = build_parser(show_all=bool(given.get("help_all")))
-        print(format_help(parser, given, preset, cpu_float32), end="")
+        print(format_help(parser, given, recipe, cpu_float32), end="")
         raise SystemExit(0)
     # Without an accelerator, say so to the Trainer: only then does it set up gloo data parallelism across the
     # processes of `accelerate launch --multi_gpu` / `torchrun` (otherwise each CPU process trains alone).
     parser.set_defaults(use_cpu=torch.accelerator.current_accelerator(check_available=True) is None)
-    defaults = dict(preset)
+    defaults = dict(recipe)
     parser.set_defaults(**defaults)
     precision = [given.get(name, parser.get_default(name)) for name in ("bf16", "fp16", "use_cpu")]
     if cpu_float32 and trains_in_float32_on_cpu(*precision):
@@ -664,18 +664,18 @@ def parse_args(argv: list[str] | None = None, train_pairs: int | None = None):
         defaults["max_steps"] = -1  # the Trainer lets a positive max_steps win over the epochs asked for
     parser.set_defaults(**defaults)
     model_args, data_args, tok_args, run_args, training_args = parser.parse_args_into_dataclasses(args=argv)[:5]
-    training_args.preset_cpu_float32 = cpu_float32 or None
+    training_args.recipe_cpu_float32 = cpu_float32 or None
     # Which recipe, and why: results.json records it, and `train` chooses again by corpus size once the data is read.
-    training_args.recipe = {"config": config, "default": "recipe" not in given}  # results.json's key: "config"
+    training_args.recipe = {"name": recipe_name, "default": "recipe" not in given}
     parsed = (model_args, data_args, tok_args, run_args, training_args)
-    check_combination(set(given) | set(preset) | set(cpu_float32), *parsed)
+    check_combination(set(given) | set(recipe) | set(cpu_float32), *parsed)
     training_args.warmup_fitted = None
     # {"lr_factor": whether to scale it} when `callbacks.WarmupFitter` fits the warm-up to the run's speed, else None.
     training_args.fit_warmup_to_speed = None
     if training_args.resume_from_checkpoint:
         keep_schedule_of_checkpoint(training_args, given)
     elif "warmup_steps" not in given:
-        fit_warmup_of(training_args, run_args, preset, lr_factor_given="lr_factor" in given)
+        fit_warmup_of(training_args, run_args, recipe, lr_factor_given="lr_factor" in given)
     return parsed
 
 
@@ -703,7 +703,7 @@ def keep_schedule_of_checkpoint(training_args, given) -> None:
         training_args.warmup_fitted = {**kept, "kept_from": Path(checkpoint).name}
 
 
-def fit_warmup_of(training_args, run_args, preset: dict, lr_factor_given: bool) -> None:
+def fit_warmup_of(training_args, run_args, recipe: dict, lr_factor_given: bool) -> None:
     """`fit_warmup` applied to the arguments, and recorded in `training_args.warmup_fitted`. A time-limited run of the
     paper's schedule keeps its recipe's warm-up (capped by `max_steps`) until it has measured its speed: then
     `callbacks.WarmupFitter` fits it (`warmup_for_speed`); other schedules cannot change during the run, and scale
@@ -713,7 +713,7 @@ def fit_warmup_of(training_args, run_args, preset: dict, lr_factor_given: bool) 
     if minutes and training_args.lr_schedule == "noam" and warmup >= 1:
         training_args.fit_warmup_to_speed = {"lr_factor": not lr_factor_given}
         minutes = None
-    fitted = fit_warmup(warmup, minutes, preset.get("max_train_minutes"), training_args.max_steps)
+    fitted = fit_warmup(warmup, minutes, recipe.get("max_train_minutes"), training_args.max_steps)
     if fitted != warmup:
         training_args.warmup_steps = fitted
         training_args.warmup_fitted = {"warmup_steps": [warmup, fitted]}

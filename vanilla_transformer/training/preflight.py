@@ -28,13 +28,13 @@ from ..data.files import TABLE_SUFFIXES, check_pair_args, check_table, find_tabl
 
 PROG = "vanilla-transformer train"
 OPTIONS_FILE = Path(__file__).resolve().parent / "options.json"  # written by options.write_option_table()
-PRESETS_DIR = Path(__file__).resolve().parent / "recipes"  # shipped in the wheel
-# A preset's key for options that replace its own when the run trains in float32 on a CPU (`bf16: "auto"` on a CPU
+RECIPES_DIR = Path(__file__).resolve().parent / "recipes"  # shipped in the wheel
+# A recipe's key for options that replace its own when the run trains in float32 on a CPU (`bf16: "auto"` on a CPU
 # without native bfloat16, or bf16 off): the hour then trains on fewer tokens, and a short run wants other settings
 # (docs/model.md, "The cpu_float32 options").
 CPU_FLOAT32 = "cpu_float32"
 # The recipe of a run without --recipe, by the size of its training split (docs/training.md, "Without --recipe"):
-# the Multi30k presets' recipe less their data keys for a corpus of that kind of size, the same with the paper's
+# the Multi30k recipes less their data keys for a corpus of that kind of size, the same with the paper's
 # regularisation (label smoothing and dropout 0.1, no subword splitting) from LARGE_CORPUS pairs on.
 SMALL_CORPUS_RECIPE, LARGE_CORPUS_RECIPE = "own_data_small", "own_data_large"
 LARGE_CORPUS = 1_000_000
@@ -65,24 +65,24 @@ def did_you_mean(name: str, candidates) -> str:
     return f"; did you mean {close[0]!r}?" if close else ""
 
 
-def shipped_presets() -> list[str]:
-    return sorted(p.stem for p in PRESETS_DIR.glob("*.json"))
+def shipped_recipes() -> list[str]:
+    return sorted(p.stem for p in RECIPES_DIR.glob("*.json"))
 
 
-def preset_path(config: str) -> Path:
+def recipe_path(name: str) -> Path:
     """The JSON file of `--recipe`: a shipped recipe by name (`multi30k_en_de_cpu`), or a file."""
-    path = Path(config)
+    path = Path(name)
     if path.is_file():
         return path
-    if (PRESETS_DIR / f"{config}.json").is_file() and path.name == config:
-        return PRESETS_DIR / f"{config}.json"
-    names = ", ".join(shipped_presets())
-    raise ValueError(f"--recipe {config!r} does not exist: it is neither a shipped recipe ({names}) nor a JSON file.")
+    if (RECIPES_DIR / f"{name}.json").is_file() and path.name == name:
+        return RECIPES_DIR / f"{name}.json"
+    names = ", ".join(shipped_recipes())
+    raise ValueError(f"--recipe {name!r} does not exist: it is neither a shipped recipe ({names}) nor a JSON file.")
 
 
-def read_preset(config: str, known: set[str]) -> tuple[dict, dict]:
+def read_recipe(name: str, known: set[str]) -> tuple[dict, dict]:
     """(options, cpu_float32 options) of a recipe file; an unknown key is an error with a did-you-mean."""
-    path = preset_path(config)
+    path = recipe_path(name)
     try:
         options = json.loads(path.read_text(encoding="utf-8"))
     except ValueError as error:
@@ -168,7 +168,7 @@ def parser_settings() -> dict:
         description="Train the Transformer of 'Attention Is All You Need' with the paper's recipe (section 5) on the "
         "Hugging Face Trainer. Options given on the command line win over the recipe's; without --recipe the recipe "
         f"is {SMALL_CORPUS_RECIPE} ({LARGE_CORPUS_RECIPE} for a training split of {LARGE_CORPUS:,} pairs or more).",
-        epilog="Recipes shipped: " + ", ".join(shipped_presets()) + ". `--recipe RECIPE --help` shows the recipe's "
+        epilog="Recipes shipped: " + ", ".join(shipped_recipes()) + ". `--recipe RECIPE --help` shows the recipe's "
         "values as the defaults (without --recipe, those of the small-corpus recipe). docs/training.md explains every option group.",
         allow_abbrev=False,
         formatter_class=HelpFormatter,
@@ -293,10 +293,10 @@ def given_options(parser, argv: list[str], names) -> dict:
     return {name: value for name, value in vars(namespace).items() if value is not _NOT_GIVEN}
 
 
-def help_defaults(given: dict, preset: dict) -> dict:
+def help_defaults(given: dict, recipe: dict) -> dict:
     """The defaults `--help` shows: the recipe's, and `max_steps` -1 where `--num_train_epochs` is given without it
     (`options.parse_args` does the same for a run)."""
-    defaults = dict(preset)
+    defaults = dict(recipe)
     if "num_train_epochs" in given and "max_steps" not in given:
         defaults["max_steps"] = -1
     return defaults
@@ -311,10 +311,10 @@ def set_help_defaults(parser, defaults: dict, cpu_float32: dict) -> None:
             setattr(action, CPU_FLOAT32, cpu_float32[action.dest])
 
 
-def format_help(parser, given: dict, preset: dict, cpu_float32: dict) -> str:
+def format_help(parser, given: dict, recipe: dict, cpu_float32: dict) -> str:
     """`--help` of `parser` (the live one or `option_parser`'s) for a command line that gives `given`, with the
-    recipe's options `preset` and `cpu_float32`."""
-    set_help_defaults(parser, help_defaults(given, preset), cpu_float32)
+    recipe's options `recipe` and `cpu_float32`."""
+    set_help_defaults(parser, help_defaults(given, recipe), cpu_float32)
     return parser.format_help()
 
 
@@ -329,16 +329,16 @@ def preflight(argv: list[str]) -> list[str]:
     known = {option["dest"] for group in table for option in group["options"]}
     parser = option_parser(table=table)
     given = given_options(parser, argv, known)
-    preset, cpu_float32 = read_preset(given.get("recipe") or default_recipe(), known)
+    recipe, cpu_float32 = read_recipe(given.get("recipe") or default_recipe(), known)
     if given.get("help") or given.get("help_all"):
         if given.get("help_all"):
             parser = option_parser(show_all=True, table=table)
-        print(format_help(parser, given, preset, cpu_float32), end="")
+        print(format_help(parser, given, recipe, cpu_float32), end="")
         raise SystemExit(0)
-    parser.set_defaults(**preset)
+    parser.set_defaults(**recipe)
     values = vars(parser.parse_args(argv))
     check_values(values)
-    named = set(given) | set(preset)
+    named = set(given) | set(recipe)
     languages = check_data(values, named)
     values.update(languages)
     check_pair_args(values["src_lang"], values["tgt_lang"], values.get("src_column"), values.get("tgt_column"))

@@ -333,10 +333,11 @@ def collect_results(trainer, tokenizer, train_split, model_args, data_args, trai
                 "torch_compile": args.torch_compile,
                 # The recipe's `cpu_float32` options, when the run trained in float32 on a CPU (command-line options
                 # won over them; the hyperparameters below are what the run used).
-                "cpu_float32_options": getattr(args, "preset_cpu_float32", None),
+                "cpu_float32_options": getattr(args, "recipe_cpu_float32", None),
             },
-            # The recipe the run trained with (`default`: no --recipe, chosen by corpus size) and, if its warm-up was
-            # fitted to the budget, {"warmup_steps": [recipe's, fitted], "lr_factor": [recipe's, for the same peak]}.
+            # The recipe the run trained with (`name`; `default`: no --recipe, chosen by corpus size) and, if its
+            # warm-up was fitted to the budget, {"warmup_steps": [recipe's, fitted], "lr_factor": [recipe's, for the
+            # same peak]}.
             "recipe": {**getattr(args, "recipe", {}), "warmup_fitted": getattr(args, "warmup_fitted", None)},
             "final_train_loss": train_result.training_loss,
             "hyperparameters": hyperparameters(trainer),
@@ -363,7 +364,7 @@ def hyperparameters(trainer) -> dict:
         ]
         if args.lr_cooldown
         else None,
-        "label_smoothing": args.label_smoothing_factor,
+        "label_smoothing_factor": args.label_smoothing_factor,
         "lr_schedule": args.lr_schedule,
         "subword_split": args.subword_split,
         "bidirectional_steps": args.bidirectional_steps,
