@@ -12,6 +12,7 @@ import warnings
 import pytest
 import torch
 from helpers import BLOCK_PACKAGE, TINY_SIZES, subprocess_env
+from huggingface_hub.errors import StrictDataclassClassValidationError
 from safetensors import safe_open
 from safetensors.torch import save_file
 from transformers import MarianConfig, MarianMTModel
@@ -259,8 +260,8 @@ def test_loss_is_token_mean_cross_entropy_of_shifted_labels():
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("epsilon", [0.0, 0.1])
-def test_label_smoothed_loss_and_its_gradient_equal_torch_cross_entropy(monkeypatch, dtype, epsilon):
+@pytest.mark.parametrize("label_smoothing_factor", [0.0, 0.1])
+def test_label_smoothed_loss_and_its_gradient_equal_torch_cross_entropy(monkeypatch, dtype, label_smoothing_factor):
     """The chunked log-sum-exp loss (eager mode) against `F.cross_entropy(label_smoothing=...)` on the float32 logits:
     values and gradients, with chunks of 3 rows so that the 14 rows span several (and a partial last one)."""
     monkeypatch.setitem(loss_vanilla_transformer._LOSS_CHUNK_VALUES, "cpu", 3 * 50)
@@ -268,11 +269,11 @@ def test_label_smoothed_loss_and_its_gradient_equal_torch_cross_entropy(monkeypa
     logits = (torch.randn(2, 7, 50) * 4).to(dtype).requires_grad_()
     labels = torch.randint(0, 50, (2, 7))
     labels[0, 5:] = -100
-    loss, nll, tokens = label_smoothed_cross_entropy(logits, labels, epsilon)
+    loss, nll, tokens = label_smoothed_cross_entropy(logits, labels, label_smoothing_factor)
     loss.backward()
     reference = logits.detach().float().requires_grad_()
     ref_loss = torch.nn.functional.cross_entropy(
-        reference.view(-1, 50), labels.view(-1), label_smoothing=epsilon, reduction="sum"
+        reference.view(-1, 50), labels.view(-1), label_smoothing=label_smoothing_factor, reduction="sum"
     )
     ref_loss.backward()
     ref_nll = torch.nn.functional.cross_entropy(reference.view(-1, 50), labels.view(-1), reduction="sum")
@@ -281,34 +282,35 @@ def test_label_smoothed_loss_and_its_gradient_equal_torch_cross_entropy(monkeypa
     torch.testing.assert_close(nll, ref_nll, rtol=1e-6, atol=1e-5)
     assert logits.grad.dtype == dtype  # the gradient comes back in the logits' dtype (bfloat16: rounded to it)
     torch.testing.assert_close(logits.grad.float(), reference.grad.to(dtype).float(), rtol=0, atol=1e-6)
-    per_sentence = label_smoothed_cross_entropy(logits.detach(), labels, epsilon, per_sequence=True)
+    per_sentence = label_smoothed_cross_entropy(logits.detach(), labels, label_smoothing_factor, per_sequence=True)
     torch.testing.assert_close(per_sentence[0].sum(), loss.detach())
     assert per_sentence[2].tolist() == [5, 7]
 
 
-def test_model_loss_with_label_smoothing_and_its_plain_nll():
+def test_model_loss_is_the_plain_cross_entropy_as_transformers_models_return_it():
+    """As Marian's: `Seq2SeqLMOutput` with the mean cross-entropy of the target tokens (label smoothing is the
+    trainer's loss), no cache, and with the mixed precision's bfloat16 logits still a float32 loss."""
     model = tiny_model()
     ids, mask = padded_batch()
     labels = torch.tensor([[10, 11, 12, 2], [13, 2, -100, -100], [14, 15, 2, -100]])
-    out = model(input_ids=ids, attention_mask=mask, labels=labels, epsilon_ls=0.1)
+    out = model(input_ids=ids, attention_mask=mask, labels=labels)
+    assert type(out) is Seq2SeqLMOutput and cache_of(out) is None
     flat_logits, flat_labels = out.logits.flatten(0, 1), labels.flatten()
-    expected = torch.nn.functional.cross_entropy(flat_logits, flat_labels, label_smoothing=0.1)
-    torch.testing.assert_close(out.loss, expected)
-    torch.testing.assert_close(out.nll_loss, torch.nn.functional.cross_entropy(flat_logits, flat_labels))
-    assert out.num_target_tokens.item() == 9 and cache_of(out) is None
-    with pytest.raises(ValueError, match="`epsilon_ls` must be in \\[0, 1\\), got 1.0"):
-        model(input_ids=ids, attention_mask=mask, labels=labels, epsilon_ls=1.0)
+    torch.testing.assert_close(out.loss, torch.nn.functional.cross_entropy(flat_logits, flat_labels))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        autocast = model(input_ids=ids, attention_mask=mask, labels=labels)
+    assert autocast.logits.dtype == torch.bfloat16 and autocast.loss.dtype == torch.float32
 
 
 def test_forward_and_loss_are_one_graph_for_torch_compile():
-    """No graph break in a training forward with the label-smoothed loss, under bfloat16 autocast: the input checks and
-    the chunked loss are eager-only, nothing reads a tensor on the host. (Tracing only: no compilation.)"""
+    """No graph break in a training forward with its loss, under bfloat16 autocast: the input checks and the chunked
+    loss are eager-only, nothing reads a tensor on the host. (Tracing only: no compilation.)"""
     model = tiny_model("eager").train()
     ids, mask = padded_batch()
     labels = torch.tensor([[10, 11, 12, 2], [13, 2, -100, -100], [14, 15, 2, -100]])
     torch._dynamo.reset()
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        explanation = torch._dynamo.explain(model)(input_ids=ids, attention_mask=mask, labels=labels, epsilon_ls=0.1)
+        explanation = torch._dynamo.explain(model)(input_ids=ids, attention_mask=mask, labels=labels)
     assert (explanation.graph_count, explanation.graph_break_count) == (1, 0), explanation.break_reasons
 
 
@@ -321,7 +323,7 @@ def test_compiled_and_eager_training_forward_give_the_same_loss_and_gradients():
     for compiled in (False, True):
         model = tiny_model("eager").train()  # dropout 0: the same function in both
         call = torch.compile(model) if compiled else model
-        loss = call(input_ids=ids, attention_mask=mask, labels=labels, epsilon_ls=0.1).loss
+        loss = call(input_ids=ids, attention_mask=mask, labels=labels).loss
         loss.backward()
         results.append((loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}))
     (eager_loss, eager_grads), (compiled_loss, compiled_grads) = results
@@ -846,9 +848,17 @@ def test_clear_errors_for_bad_input():
         (dict(position_embedding_type="rotary"), "position_embedding_type"),
     ],
 )
-def test_config_validation(overrides, match):
+def test_config_validation(overrides, match, tmp_path):
     with pytest.raises(ValueError, match=match):
         VanillaTransformerConfig(**{**TINY, **overrides})
+    # The same check is the config's strict-dataclass validator: a value changed after construction is refused
+    # before `save_pretrained` writes anything.
+    config = VanillaTransformerConfig(**TINY)
+    for name, value in overrides.items():
+        setattr(config, name, value)
+    with pytest.raises(StrictDataclassClassValidationError, match=match):
+        config.save_pretrained(tmp_path)
+    assert not (tmp_path / "config.json").exists()
 
 
 def test_presets():

@@ -18,7 +18,7 @@ class _CrossEntropyTerms(torch.autograd.Function):
     """Per token, from logits `x` [tokens, vocab] (any float dtype) and gold ids `gold` [tokens]: the NLL
     `lse(x) - x[gold]` and the uniform-target term `lse(x) - mean(x)` = mean over the vocabulary of -log p, both in
     float32 (float64 for float64 logits), `lse` the log-sum-exp; the smoothed loss is
-    `(1 - eps) * nll + eps * uniform`.
+    `(1 - label_smoothing_factor) * nll + label_smoothing_factor * uniform`.
 
     Computed over chunks of rows, so that no float32 [tokens, vocab] tensor (log-probabilities, their gradient) is ever
     whole in memory; the backward recomputes the softmax from the saved logits and writes the gradient
@@ -57,18 +57,19 @@ class _CrossEntropyTerms(torch.autograd.Function):
 def label_smoothed_cross_entropy(
     logits: torch.Tensor,
     labels: torch.Tensor,
-    epsilon: float = 0.0,
+    label_smoothing_factor: float = 0.0,
     ignore_index: int = -100,
     per_sequence: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Cross-entropy of `logits` [..., vocab] against `labels` [...], with label smoothing `epsilon` (section 5.4),
-    summed over the positions whose label is not `ignore_index`. Returns `(loss_sum, nll_sum, n_tokens)`: the smoothed
-    loss, the plain NLL of the same tokens (perplexity is computed from it; it carries no gradient) and their count;
-    with `per_sequence`, summed over the last dimension of `labels` only (one value per sequence).
+    """Cross-entropy of `logits` [..., vocab] against `labels` [...], with label smoothing `label_smoothing_factor`
+    (the paper's epsilon_ls, section 5.4; 0: the plain cross-entropy, the model's loss), summed over the positions
+    whose label is not `ignore_index`. Returns `(loss_sum, nll_sum, n_tokens)`: the smoothed loss, the plain NLL of
+    the same tokens (perplexity is computed from it; it carries no gradient) and their count; with `per_sequence`,
+    summed over the last dimension of `labels` only (one value per sequence).
 
-    The smoothed target is the one of Szegedy et al. (2016), which the paper cites: `(1 - epsilon) * onehot(gold) +
-    epsilon / V` over the whole vocabulary of V tokens, as in `F.cross_entropy(label_smoothing=epsilon)`. Per token
-    it is `(1 - epsilon) * NLL + epsilon * mean_v(-log p_v)`, and both terms come from one log-sum-exp: `NLL = lse -
+    With e = `label_smoothing_factor`, the smoothed target is the one of Szegedy et al. (2016), which the paper cites:
+    `(1 - e) * onehot(gold) + e / V` over the whole vocabulary of V tokens, as in `F.cross_entropy(label_smoothing=e)`.
+    Per token it is `(1 - e) * NLL + e * mean_v(-log p_v)`, and both terms come from one log-sum-exp: `NLL = lse -
     x_gold`, `mean_v(-log p_v) = lse - mean_v(x_v)`.
 
     In float32 at least, whatever the logits' dtype: half-precision log-probabilities would lose the small terms of
@@ -87,7 +88,8 @@ def label_smoothed_cross_entropy(
     else:
         values = _LOSS_CHUNK_VALUES.get(logits.device.type, _LOSS_CHUNK_VALUES_DEFAULT)
         nll, uniform = _CrossEntropyTerms.apply(logits, gold, max(1, values // logits.shape[-1]))
-    loss = nll if epsilon == 0 else (1.0 - epsilon) * nll + epsilon * uniform
+    e = label_smoothing_factor
+    loss = nll if e == 0 else (1.0 - e) * nll + e * uniform
     zero = nll.new_zeros(())
     sums = (torch.where(mask, loss, zero), torch.where(mask, nll.detach(), zero), mask)
     if per_sequence:

@@ -13,7 +13,6 @@ import dataclasses
 import functools
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -36,7 +35,8 @@ from transformers.modeling_outputs import (
     Seq2SeqModelOutput,
 )
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel
-from transformers.utils import can_return_tuple, is_torchdynamo_compiling
+from transformers.processing_utils import Unpack
+from transformers.utils import TransformersKwargs, can_return_tuple, is_torchdynamo_compiling
 from transformers.utils.deprecation import deprecate_kwarg
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
@@ -132,7 +132,7 @@ def eager_attention_forward(
     attention_mask: torch.Tensor | None,
     scaling: float,
     dropout: float = 0.0,
-    **kwargs,
+    **kwargs: Unpack[TransformersKwargs],
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Section 3.2.1: softmax(Q K^T / sqrt(d_k)) V. Masked positions get the dtype's most negative value before the
     softmax, so they get weight 0: `attention_mask` is transformers' additive float mask (0 / most negative, from
@@ -179,7 +179,7 @@ class VanillaTransformerAttention(nn.Module):
         key_value_states: torch.Tensor | None = None,
         attention_mask: torch.Tensor | None = None,
         cache: Cache | None = None,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         is_cross_attention = key_value_states is not None
         batch, q_len = hidden_states.shape[:2]
@@ -274,7 +274,10 @@ class VanillaTransformerEncoderLayer(VanillaTransformerLayer):
         self.final_layer_norm = nn.LayerNorm(config.d_model)
 
     def forward(
-        self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None, **kwargs
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> torch.Tensor:
         hidden_states = self.sublayer_connection(
             hidden_states,
@@ -305,7 +308,7 @@ class VanillaTransformerDecoderLayer(VanillaTransformerLayer):
         encoder_hidden_states: torch.Tensor | None = None,
         encoder_attention_mask: torch.Tensor | None = None,
         cache: Cache | None = None,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> torch.Tensor:
         hidden_states = self.sublayer_connection(
             hidden_states,
@@ -466,7 +469,7 @@ class VanillaTransformerEncoder(VanillaTransformerStack):
         input_ids: torch.LongTensor | None = None,
         attention_mask: torch.Tensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutput:
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("Pass exactly one of `input_ids` and `inputs_embeds` to the encoder.")
@@ -515,7 +518,7 @@ class VanillaTransformerDecoder(VanillaTransformerStack):
         cache: Cache | None = None,
         inputs_embeds: torch.Tensor | None = None,
         use_cache: bool | None = None,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutputWithPastAndCrossAttentions:
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("Pass exactly one of `decoder_input_ids` and `decoder_inputs_embeds` to the decoder.")
@@ -609,7 +612,7 @@ class VanillaTransformerModel(VanillaTransformerPreTrainedModel):
         inputs_embeds: torch.Tensor | None = None,
         decoder_inputs_embeds: torch.Tensor | None = None,
         use_cache: bool | None = None,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> Seq2SeqModelOutput:
         r"""`kwargs` go to both stacks: `output_attentions` / `output_hidden_states` (collected by transformers'
         output capture; attention weights need `attn_implementation="eager"`: under sdpa transformers warns once and
@@ -874,20 +877,6 @@ def gnmt_beam_search(model, input_ids, logits_processor, stopping_criteria, gene
     )
 
 
-@dataclass
-class VanillaTransformerSeq2SeqLMOutput(Seq2SeqLMOutput):
-    """`Seq2SeqLMOutput` plus, when `labels` are given, the plain NLL beside the (label-smoothed) `loss`.
-
-    Args:
-        nll_loss: the cross-entropy without label smoothing, of the same tokens and normalized like `loss` (equal to
-            it when `epsilon_ls` is 0); perplexity is `exp` of it. Carries no gradient.
-        num_target_tokens: the number of target tokens the loss is over (labels that are not -100).
-    """
-
-    nll_loss: torch.FloatTensor | None = None
-    num_target_tokens: torch.LongTensor | None = None
-
-
 class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedModel, GenerationMixin):
     """The full model of Figure 1: encoder-decoder plus the pre-softmax linear transformation, which shares its weight
     with the two embedding layers (section 3.4, three-way tying)."""
@@ -931,21 +920,16 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         decoder_inputs_embeds: torch.Tensor | None = None,
         labels: torch.LongTensor | None = None,
         use_cache: bool | None = None,
-        num_items_in_batch: int | torch.Tensor | None = None,
-        epsilon_ls: float = 0.0,
-        **kwargs,
-    ) -> VanillaTransformerSeq2SeqLMOutput:
-        r"""`labels` [batch, target_length], padded with -100: the loss is the cross-entropy of the next token,
-        averaged over target tokens, or summed and divided by `num_items_in_batch` when the Trainer passes it (the
-        target tokens of the whole optimizer step), so that gradient accumulation and data parallelism give the same
-        loss and gradients. `epsilon_ls` is section 5.4's label smoothing (the paper's 0.1; default 0, the plain
-        cross-entropy; named as in the paper because the Trainer takes every `forward` argument whose name contains
-        "label" for a label column), applied as `label_smoothed_cross_entropy` describes; the output's `nll_loss` is
-        then the unsmoothed NLL. The loss is computed in float32 whatever the logits' dtype. Other `kwargs` as for
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> Seq2SeqLMOutput:
+        r"""`labels` [batch, target_length], padded with -100: the loss is the cross-entropy of the next token (the
+        decoder input is the labels shifted right when none is given), in float32 whatever the logits' dtype, averaged
+        over the target tokens, or summed and divided by `num_items_in_batch` when the Trainer passes it (the target
+        tokens of the whole optimizer step), as transformers' own losses are. Section 5.4's label-smoothed loss is the
+        trainer's (`training.trainer.LabelSmoothedLoss`), computed from the logits. Other `kwargs` as for
         `VanillaTransformerModel.forward`."""
+        num_items_in_batch = kwargs.pop("num_items_in_batch", None)
         if labels is not None:
-            if not 0.0 <= epsilon_ls < 1.0:
-                raise ValueError(f"`epsilon_ls` must be in [0, 1), got {epsilon_ls!r} (the paper uses 0.1).")
             use_cache = False
             if decoder_input_ids is None and decoder_inputs_embeds is None:
                 decoder_input_ids = self.prepare_decoder_input_ids_from_labels(labels)
@@ -965,7 +949,7 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
         # Section 3.4: the pre-softmax linear transformation is the (tied) embedding matrix.
         logits = self.lm_head(outputs.last_hidden_state)
 
-        loss = nll_loss = num_target_tokens = None
+        loss = None
         if labels is not None:
             if labels.shape != logits.shape[:2]:  # shapes only: no host sync
                 raise ValueError(
@@ -973,18 +957,14 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
                     f"target length): pass `decoder_input_ids` made from these labels, or none (the model shifts the "
                     f"labels right itself)."
                 )
-            loss_sum, nll_sum, num_target_tokens = label_smoothed_cross_entropy(logits, labels, epsilon_ls)
-            denominator = num_items_in_batch if num_items_in_batch is not None else num_target_tokens.clamp(min=1)
-            if isinstance(denominator, torch.Tensor):
-                denominator = denominator.to(loss_sum.device)
-            loss, nll_loss = loss_sum / denominator, nll_sum / denominator
+            loss_sum, _, tokens = label_smoothed_cross_entropy(logits, labels)
+            denominator = tokens.clamp(min=1) if num_items_in_batch is None else num_items_in_batch
+            loss = loss_sum / (denominator.to(loss_sum.device) if torch.is_tensor(denominator) else denominator)
 
         return with_cache(
-            VanillaTransformerSeq2SeqLMOutput,
+            Seq2SeqLMOutput,
             cache_of(outputs),
             loss=loss,
-            nll_loss=nll_loss,
-            num_target_tokens=num_target_tokens,
             logits=logits,
             decoder_hidden_states=outputs.decoder_hidden_states,
             decoder_attentions=outputs.decoder_attentions,
@@ -1070,7 +1050,6 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
 __all__ = [
     "VanillaTransformerForConditionalGeneration",
     "gnmt_beam_search",
-    "VanillaTransformerSeq2SeqLMOutput",
     "VanillaTransformerModel",
     "VanillaTransformerPreTrainedModel",
     "label_smoothed_cross_entropy",

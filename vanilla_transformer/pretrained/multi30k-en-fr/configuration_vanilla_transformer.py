@@ -132,7 +132,10 @@ class VanillaTransformerConfig(PretrainedConfig):
 
     def __post_init__(self, **kwargs):
         super().__post_init__(**kwargs)
-        self._check()
+        # `@strict` runs every `validate_*` method after construction and `save_pretrained` runs them again, but wraps
+        # their ValueError in huggingface_hub's StrictDataclassClassValidationError; run here first, a bad value is
+        # refused with the ValueError that callers (and the command line's one-line errors) catch.
+        self.validate_values()
 
     def to_dict(self):
         output = super().to_dict()
@@ -166,8 +169,10 @@ class VanillaTransformerConfig(PretrainedConfig):
             raise ValueError(f"Unknown preset {name!r}: choose one of {sorted(PRESETS)}.")
         return cls(**{**PRESETS[name], **overrides})
 
-    def _check(self):
-        # Validation at construction, each error naming the field and the fix.
+    def validate_values(self):
+        """The values the paper's model can be built with, each error naming the field and the fix: a class
+        validator of transformers' strict configs, run at construction and again before `save_pretrained` writes (a
+        config changed after construction is checked there)."""
         for name in (
             "vocab_size",
             "d_model",
