@@ -78,6 +78,7 @@ from machine_peak import cpu_flags, measure_peaks  # noqa: E402
 from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration  # noqa: E402
 from vanilla_transformer.modeling_vanilla_transformer import sinusoidal_position_encoding  # noqa: E402
 from vanilla_transformer.precision import bf16_support, fast_attention_implementation  # noqa: E402
+from vanilla_transformer.training.trainer import LabelSmoothedLoss  # noqa: E402
 
 
 # Per-preset defaults, chosen so that a run of small + base with both dtypes and --compile stays within ~10 minutes
@@ -89,6 +90,7 @@ PRESET_DEFAULTS = {
 }
 SHORT = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
 LABEL_SMOOTHING = 0.1  # section 5.4: what ours computes in training
+TRAINING_LOSS = LabelSmoothedLoss(LABEL_SMOOTHING)  # the trainer's (`compute_loss_func`)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -330,12 +332,18 @@ def _gen_inputs(batch: dict) -> dict:
 
 
 def train_step(variant: Variant, batch: dict) -> None:
-    """Forward with labels (the decoder input built from them inside the model) and the loss, backward, fused Adam
-    update. bfloat16 = autocast, float32 master weights and optimizer state, as the Trainer's `--bf16`."""
+    """Forward and loss, backward, fused Adam update. Marian: its forward with labels (its plain cross-entropy). Ours:
+    as the trainer runs it, the decoder input shifted from the labels, then the trainer's label-smoothed loss from
+    the logits. bfloat16 = autocast, float32 master weights and optimizer state, as the Trainer's `--bf16`."""
     device_type = batch["input_ids"].device.type
-    extra = {"epsilon_ls": LABEL_SMOOTHING} if variant.family != "marian" else {}
     with torch.autocast(device_type, dtype=variant.dtype, enabled=variant.dtype != torch.float32):
-        loss = variant.model(**batch, **extra).loss
+        if variant.family == "marian":
+            loss = variant.model(**batch).loss
+        else:
+            labels, model = batch["labels"], variant.model
+            inputs = {k: v for k, v in batch.items() if k != "labels"}
+            outputs = model(**inputs, decoder_input_ids=model.prepare_decoder_input_ids_from_labels(labels))
+            loss = TRAINING_LOSS(outputs, labels)
     loss.backward()
     variant.optimizer.step()
     variant.optimizer.zero_grad(set_to_none=True)

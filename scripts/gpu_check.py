@@ -48,6 +48,7 @@ from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForC
 from vanilla_transformer.data.batching import TokenBatchSampler  # noqa: E402
 from vanilla_transformer.data.tokenizer import train_tokenizer  # noqa: E402
 from vanilla_transformer.precision import bf16_support, cpu_model_name  # noqa: E402
+from vanilla_transformer.training.trainer import LabelSmoothedLoss  # noqa: E402
 
 
 PARTS = ("env", "correct", "throughput", "train")
@@ -217,10 +218,20 @@ def padded_batch(vocab: int, src_lengths, tgt_lengths, seed: int, device: torch.
     return {k: v.to(device) for k, v in batch.items()}
 
 
+def training_loss(call, batch: dict, num_items_in_batch=None):
+    """A training forward as the trainer runs it: the model's logits from the decoder input shifted from the labels
+    (the model does not see the labels), then the trainer's label-smoothed loss (section 5.4) of them."""
+    labels = batch["labels"]
+    inputs = {k: v for k, v in batch.items() if k != "labels"}
+    out = call(**inputs, decoder_input_ids=call.prepare_decoder_input_ids_from_labels(labels))
+    out.loss = LabelSmoothedLoss(LABEL_SMOOTHING)(out, labels, num_items_in_batch)
+    return out
+
+
 def forward_backward(model, batch: dict, device: torch.device, dtype: torch.dtype):
     model.zero_grad(set_to_none=True)
     with autocast(device, dtype):
-        out = model(**batch, epsilon_ls=LABEL_SMOOTHING)
+        out = training_loss(model, batch)
     out.loss.backward()
     grads = {n: p.grad.detach().double().cpu() for n, p in model.named_parameters() if p.grad is not None}
     return out.logits.detach().double().cpu(), out.loss.detach().double().cpu(), grads
@@ -451,7 +462,7 @@ def compile_vs_eager(model, batch: dict, device, dtype, args) -> dict:
         start = time.perf_counter()
         for step_batch in batches:
             with autocast(device, dtype):
-                loss = call(**step_batch, epsilon_ls=LABEL_SMOOTHING).loss
+                loss = training_loss(call, step_batch).loss
             loss.backward()
             if first_grads is None:
                 first_grads = {n: p.grad.detach().double().cpu() for n, p in model.named_parameters()}
@@ -562,7 +573,7 @@ def run_update(variant: dict, update, device: torch.device) -> None:
             if variant["marian"]:  # its plain mean cross-entropy, weighted to the update's target tokens
                 loss = model(**batch).loss * (sum(tgt) / total)
             else:
-                loss = model(**batch, epsilon_ls=LABEL_SMOOTHING, num_items_in_batch=n_items).loss
+                loss = training_loss(model, batch, n_items).loss
         loss.backward()
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)

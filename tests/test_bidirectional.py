@@ -12,7 +12,7 @@ from transformers import DataCollatorForSeq2Seq
 from vanilla_transformer.data.corpus import tokenize_corpus
 from vanilla_transformer.data.tokenizer import train_tokenizer
 from vanilla_transformer.training.options import VanillaTrainingArguments
-from vanilla_transformer.training.trainer import VanillaTransformerTrainer
+from vanilla_transformer.training.trainer import build_trainer
 
 
 @pytest.fixture(scope="module")
@@ -127,12 +127,6 @@ def test_bad_bidirectional_steps_are_named(tmp_path, value):
 
 
 def test_bidirectional_training_needs_a_tokenizer(tmp_path, tokenizer, corpus):
-    with pytest.raises(ValueError, match="processing_class=tokenizer"):
-        VanillaTransformerTrainer(
-            model=tiny_model(tokenizer),
-            args=VanillaTrainingArguments(
-                output_dir=str(tmp_path), report_to=[], use_cpu=True, bidirectional_steps=10
-            ),
-            train_dataset=corpus["train"],
-            data_collator=DataCollatorForSeq2Seq(tokenizer, label_pad_token_id=-100),
-        )
+    args = VanillaTrainingArguments(output_dir=str(tmp_path), report_to=[], use_cpu=True, bidirectional_steps=10)
+    with pytest.raises(ValueError, match="`bidirectional_steps` turns labels into source tokens.*pass `tokenizer`"):
+        build_trainer(tiny_model(tokenizer), args, None, corpus["train"])

@@ -380,13 +380,12 @@ def test_a_wrong_machine_rank_ends_the_run_and_says_which_rank_is_missing(runs, 
 PREDICT_SCRIPT = """
 import json, sys
 from datasets import DatasetDict
-from transformers import DataCollatorForSeq2Seq
 from vanilla_transformer import VanillaTransformerForConditionalGeneration, register
 from vanilla_transformer.data.corpus import load_parallel_corpus, tokenize_corpus
 from vanilla_transformer.data.tokenizer import load_tokenizer
 from vanilla_transformer.evaluation.bleu import decode_ids
 from vanilla_transformer.training.options import VanillaTrainingArguments
-from vanilla_transformer.training.trainer import VanillaTransformerTrainer
+from vanilla_transformer.training.trainer import build_trainer
 
 register()
 model_dir, data_dir, out = sys.argv[1:]
@@ -398,8 +397,7 @@ args = VanillaTrainingArguments(
     output_dir=out + ".trainer", per_device_eval_batch_size=8, predict_with_generate=True, generation_max_length=40,
     generation_num_beams=1, report_to="none", use_cpu=True, bf16="false",
 )
-collator = DataCollatorForSeq2Seq(tokenizer, label_pad_token_id=-100)
-trainer = VanillaTransformerTrainer(model=model, args=args, processing_class=tokenizer, data_collator=collator)
+trainer = build_trainer(model, args, tokenizer)
 output = trainer.predict(validation)
 if trainer.is_world_process_zero():
     pairs = list(zip(decode_ids(output.predictions, tokenizer), decode_ids(output.label_ids, tokenizer)))

@@ -16,7 +16,7 @@ from vanilla_transformer.data.corpus import tokenize_corpus
 from vanilla_transformer.data.tokenizer import train_tokenizer
 from vanilla_transformer.training.augmentation import merge_tree, split_batch, split_subwords
 from vanilla_transformer.training.options import VanillaTrainingArguments
-from vanilla_transformer.training.trainer import VanillaTransformerTrainer
+from vanilla_transformer.training.trainer import build_trainer
 
 
 @pytest.fixture(scope="module")
@@ -244,10 +244,6 @@ def test_training_with_splitting_resumes_exactly(tmp_path, tokenizer, corpus):
 
 
 def test_splitting_needs_a_tokenizer(tmp_path, tokenizer, corpus):
-    with pytest.raises(ValueError, match="processing_class=tokenizer"):
-        VanillaTransformerTrainer(
-            model=tiny_model(tokenizer),
-            args=VanillaTrainingArguments(output_dir=str(tmp_path), report_to=[], use_cpu=True, subword_split=0.1),
-            train_dataset=corpus["train"],
-            data_collator=DataCollatorForSeq2Seq(tokenizer, label_pad_token_id=-100),
-        )
+    args = VanillaTrainingArguments(output_dir=str(tmp_path), report_to=[], use_cpu=True, subword_split=0.1)
+    with pytest.raises(ValueError, match="`subword_split` undoes the tokenizer's BPE merges.*pass `tokenizer`"):
+        build_trainer(tiny_model(tokenizer), args, None, corpus["train"])

@@ -30,7 +30,7 @@ from vanilla_transformer.modeling_vanilla_transformer import cache_of
 from vanilla_transformer.training.callbacks import CooldownPlanner, TimeLimit, TimeLimitProgressCallback
 from vanilla_transformer.training.options import VanillaTrainingArguments
 from vanilla_transformer.training.schedule import noam_learning_rate
-from vanilla_transformer.training.trainer import LabelSmoothedLoss, VanillaTransformerTrainer
+from vanilla_transformer.training.trainer import LabelSmoothedLoss, build_trainer, resume_checkpoint
 
 
 read = read_multi30k  # read(name, n): the first n lines of a Multi30k file
@@ -73,15 +73,21 @@ def make_trainer(path, model, tokenizer, corpus, callbacks=(), **overrides):
         seed=0,
     )
     settings.update(overrides)
-    return VanillaTransformerTrainer(
-        model=model,
-        args=VanillaTrainingArguments(**settings),
-        train_dataset=corpus["train"],
-        eval_dataset=corpus.get("validation"),
+    return build_trainer(
+        model,
+        VanillaTrainingArguments(**settings),
+        tokenizer,
+        corpus["train"],
+        corpus.get("validation"),
         data_collator=DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=-100),
-        processing_class=tokenizer,
-        callbacks=list(callbacks),
+        callbacks=callbacks,
     )
+
+
+def resume(trainer, checkpoint=True):
+    """`trainer.train` from `checkpoint` as the training command resumes: checked first by `resume_checkpoint`."""
+    trainer.args.resume_from_checkpoint = checkpoint
+    return trainer.train(resume_from_checkpoint=resume_checkpoint(trainer.args, trainer.model.config.d_model))
 
 
 def train_logs(trainer):
@@ -97,7 +103,7 @@ def check_option_resumes_exactly(tmp_path, make, **option):
     full.train()
     shutil.copytree(tmp_path / "full" / "checkpoint-3", tmp_path / "resumed" / "checkpoint-3")
     resumed = make(tmp_path / "resumed", **settings)
-    resumed.train(resume_from_checkpoint=True)
+    resume(resumed)
     expected, got = train_logs(full), train_logs(resumed)
     for step in range(4, 7):
         assert got[step]["loss"] == expected[step]["loss"], step
@@ -211,10 +217,10 @@ def _smoothed_loss_of_a_batch(compile_with=None):
     torch.manual_seed(0)
     logits = torch.randn(3, 5, 11, requires_grad=True)
     labels = torch.tensor([[1, 2, 3, -100, -100], [4, 5, 6, 7, 8], [9, 10, -100, -100, -100]])
-    sums = torch.zeros(3)
-    loss = LabelSmoothedLoss(0.1, sums, compile_with)({"logits": logits}, labels, num_items_in_batch=torch.tensor(20))
+    loss_of = LabelSmoothedLoss(0.1, compile_with)
+    loss = loss_of({"logits": logits}, labels, num_items_in_batch=torch.tensor(20))
     (grad,) = torch.autograd.grad(loss, logits)
-    return loss.detach(), sums, grad, logits.detach(), labels
+    return loss.detach(), loss_of.sums, grad, logits.detach(), labels
 
 
 def test_the_trainers_loss_is_the_smoothed_sum_over_the_updates_tokens():
@@ -224,7 +230,7 @@ def test_the_trainers_loss_is_the_smoothed_sum_over_the_updates_tokens():
     torch.testing.assert_close(loss, smoothed / 20)  # 20: the target tokens of the whole update, not these 10
     torch.testing.assert_close(sums, torch.stack([smoothed, nll, torch.tensor(10.0)]))
     with pytest.raises(ValueError, match="The batch has no `labels`"):
-        LabelSmoothedLoss(0.1, torch.zeros(3))({"logits": logits}, None)
+        LabelSmoothedLoss(0.1)({"logits": logits}, None)
 
 
 @pytest.mark.slow
@@ -505,7 +511,7 @@ def test_resume_reproduces_the_uninterrupted_run(tmp_path, tokenizer, corpus):
     shutil.copytree(checkpoint, tmp_path / "resumed" / "checkpoint-3")
     other_init = tiny_model(tokenizer, seed=99, dropout=0.1)  # the checkpoint must replace it
     resumed = make_trainer(tmp_path / "resumed", other_init, tokenizer, corpus, **common)
-    resumed.train(resume_from_checkpoint=True)
+    resume(resumed)
 
     expected, got = train_logs(full), train_logs(resumed)
     for step in range(4, 10):
@@ -528,10 +534,10 @@ def test_resuming_with_another_schedule_is_refused(tmp_path, tokenizer, corpus):
         settings = {**common, "max_steps": 4, **change}
         again = make_trainer(tmp_path, tiny_model(tokenizer), tokenizer, corpus, **settings)
         with pytest.raises(ValueError, match=message):
-            again.train(resume_from_checkpoint=True)
+            resume(again)
     # The same schedule resumes.
     same = make_trainer(tmp_path, tiny_model(tokenizer), tokenizer, corpus, **{**common, "max_steps": 4})
-    assert same.train(resume_from_checkpoint=str(tmp_path / "checkpoint-2")).global_step == 4
+    assert resume(same, str(tmp_path / "checkpoint-2")).global_step == 4
 
 
 def test_a_crash_during_save_leaves_the_last_good_checkpoint(tmp_path, tokenizer, corpus, monkeypatch):
@@ -553,7 +559,7 @@ def test_a_crash_during_save_leaves_the_last_good_checkpoint(tmp_path, tokenizer
     assert last_checkpoint(str(tmp_path)) == str(tmp_path / "checkpoint-2")
 
     again = make_trainer(tmp_path, tiny_model(tokenizer), tokenizer, corpus, **common)
-    again.train(resume_from_checkpoint=True)
+    resume(again)
     assert again.state.global_step == 6
     assert sorted(os.listdir(tmp_path)) == ["checkpoint-2", "checkpoint-4", "checkpoint-6"]
     state = json.loads((tmp_path / "checkpoint-6" / "trainer_state.json").read_text())
@@ -574,8 +580,8 @@ def test_only_complete_checkpoints_are_resumed_from(tmp_path, tokenizer, corpus)
     assert last_checkpoint(str(tmp_path)) == str(tmp_path / "checkpoint-2")
     again = make_trainer(tmp_path, tiny_model(tokenizer), tokenizer, corpus, max_steps=3)
     with pytest.raises(ValueError, match="did not finish"):
-        again.train(resume_from_checkpoint=str(tmp_path / "checkpoint-4"))
-    assert again.train(resume_from_checkpoint=True).global_step == 3
+        resume(again, str(tmp_path / "checkpoint-4"))
+    assert resume(again).global_step == 3
     assert sorted(os.listdir(tmp_path)) == ["checkpoint-2"]  # the incomplete ones are gone
 
 

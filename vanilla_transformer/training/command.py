@@ -10,7 +10,7 @@ options and the file system, before torch loads (`training/preflight.py`), parse
 (`training/options.py`), load and check the data (`data/corpus.py`), check the output directory, get the shared
 tokenizer (trained on the training split unless given), build the model, tokenize, train
 (`training/trainer.py`, `training/callbacks.py`), then the end-of-run report (`training/report.py`). Every error in
-the options, the preset or the data is found before anything is written, and a person at a command line gets it as
+the options, the recipe or the data is found before anything is written, and a person at a command line gets it as
 one line naming the flag (exit status 2; `VANILLA_TRANSFORMER_DEBUG=1` shows the traceback).
 """
 
@@ -71,7 +71,7 @@ def as_flags(message: str) -> str:
 
 def train(argv: list[str] | None = None) -> dict:
     """Parse `argv` (default `sys.argv[1:]`), train, and return the final model's results (results.json); {} on the
-    processes other than the main one. Errors in the options, the preset or the data are ValueErrors naming the flag,
+    processes other than the main one. Errors in the options, the recipe or the data are ValueErrors naming the flag,
     raised before anything is written."""
     try:
         return _train(argv)
@@ -104,7 +104,7 @@ def _train(argv: list[str] | None) -> dict:
     set_seed(training_args.seed)
     raw = load_data(data_args)  # checked before anything is written: files, line counts, languages, splits
     train_pairs = len(raw["train"])
-    if training_args.recipe["default"] and default_recipe(train_pairs) != training_args.recipe["config"]:
+    if training_args.recipe["default"] and default_recipe(train_pairs) != training_args.recipe["name"]:
         # No --recipe, and a corpus of another size than the recipe assumed before the data was read: its recipe.
         # The data options come from the command line either way, so the data read stays valid.
         model_args, data_args, tok_args, run_args, training_args = parse_args(argv, train_pairs=train_pairs)
@@ -127,9 +127,19 @@ def _train(argv: list[str] | None) -> dict:
     tokenizer = get_tokenizer(tok_args, data_args, raw, training_args)
     model = build_model(model_args, run_args, tokenizer)
     tokenized = tokenize(raw, tokenizer, data_args, training_args)
-    trainer = build_trainer(model, tokenizer, tokenized, training_args, run_args)
+    from .trainer import build_trainer, resume_checkpoint
+
+    checkpoint = resume_checkpoint(training_args, model.config.d_model)
+    trainer = build_trainer(
+        model,
+        training_args,
+        tokenizer,
+        tokenized["train"],
+        tokenized["validation"],
+        max_train_minutes=run_args.max_train_minutes,
+    )
     started = time.perf_counter()
-    train_result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    train_result = trainer.train(resume_from_checkpoint=checkpoint)
     train_seconds = time.perf_counter() - started
     trainer.save_model()  # final model + tokenizer + generation config, ready for from_pretrained
     trainer.save_state()
@@ -213,7 +223,7 @@ def log_recipe(training_args, run_args: RunArguments, train_pairs: int) -> None:
         logger.info(
             "No --recipe: the recipe %r, the default for a training split of %s pairs (%r from %s pairs on; "
             "docs/training.md); options on the command line win over it.",
-            training_args.recipe["config"],
+            training_args.recipe["name"],
             f"{train_pairs:,}",
             LARGE_CORPUS_RECIPE,
             f"{LARGE_CORPUS:,}",
@@ -229,7 +239,7 @@ def log_recipe(training_args, run_args: RunArguments, train_pairs: int) -> None:
         (warmup, to), factor = fitted["warmup_steps"], fitted.get("lr_factor")
         logger.info(
             "Warm-up fitted to this run's budget (--max_train_minutes %s, --max_steps %s): %s updates instead of the "
-            "preset's %s%s; --warmup_steps sets it.",
+            "recipe's %s%s; --warmup_steps sets it.",
             run_args.max_train_minutes,
             training_args.max_steps,
             f"{to:,}",
@@ -251,17 +261,17 @@ def log_recipe(training_args, run_args: RunArguments, train_pairs: int) -> None:
 
 
 def log_cpu_float32(model_args, data_args, tok_args, run_args, training_args) -> None:
-    """Say that the preset's `cpu_float32` options apply, and which of them the command line changed."""
-    if not training_args.preset_cpu_float32:
+    """Say that the recipe's `cpu_float32` options apply, and which of them the command line changed."""
+    if not training_args.recipe_cpu_float32:
         return
     used = {k: getattr(a, k) for a in (model_args, data_args, tok_args, run_args, training_args) for k in vars(a)}
-    changed = {k: used[k] for k, v in training_args.preset_cpu_float32.items() if used[k] != v}
+    changed = {k: used[k] for k, v in training_args.recipe_cpu_float32.items() if used[k] != v}
     logger.info(
-        "Training in float32 on a CPU (%s): the preset's %r options apply where the command line does not set them: "
+        "Training in float32 on a CPU (%s): the recipe's %r options apply where the command line does not set them: "
         "%s%s",
         training_args.precision_reason,
         CPU_FLOAT32,
-        training_args.preset_cpu_float32,
+        training_args.recipe_cpu_float32,
         f"; the command line sets {changed}" if changed else "",
     )
 
@@ -292,7 +302,7 @@ def load_data(data_args: DataArguments):
 
 def set_decoding(generation_config, run_args: RunArguments) -> None:
     """The run's decoding options (those it sets) into the model's generation config: beam size, length penalty and
-    its form, early stopping. The WMT14 presets set section 6.1's: beam 4, the GNMT penalty with alpha 0.6, and
+    its form, early stopping. The WMT14 recipes set section 6.1's: beam 4, the GNMT penalty with alpha 0.6, and
     tensor2tensor's stopping rule ("never": a sentence ends when no running hypothesis can beat the finished ones)."""
     if run_args.length_penalty is not None:
         generation_config.length_penalty = run_args.length_penalty
@@ -364,36 +374,6 @@ def tokenization_processes(requested: int | None, train_pairs: int) -> int:
         return requested
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     return max(1, min(cores, train_pairs // PAIRS_PER_TOKENIZATION_PROCESS))
-
-
-def build_trainer(model, tokenizer, tokenized, training_args, run_args: RunArguments):
-    """The trainer, with the time limit, the warm-up fitted to the run's speed, its cool-down planner and its progress
-    bar when the run is timed."""
-    from transformers import DataCollatorForSeq2Seq, ProgressCallback
-
-    from .callbacks import CooldownPlanner, TimeLimit, TimeLimitProgressCallback, WarmupFitter
-    from .trainer import VanillaTransformerTrainer
-
-    limit = TimeLimit(run_args.max_train_minutes) if run_args.max_train_minutes else None
-    callbacks = [limit, CooldownPlanner(limit)] if limit else None
-    fit = training_args.fit_warmup_to_speed
-    if limit and fit:
-        callbacks.insert(1, WarmupFitter(limit, scale_factor=fit["lr_factor"]))
-    trainer = VanillaTransformerTrainer(
-        model=model,
-        args=training_args,
-        train_dataset=tokenized["train"],
-        eval_dataset=tokenized["validation"],
-        processing_class=tokenizer,
-        # Without `model=`: the trainer shifts the labels into the decoder input itself, on the device.
-        data_collator=DataCollatorForSeq2Seq(
-            tokenizer, label_pad_token_id=-100, pad_to_multiple_of=training_args.pad_to_multiple_of
-        ),
-        callbacks=callbacks,
-    )
-    if limit and trainer.pop_callback(ProgressCallback):  # the progress bar counts the time limit, not max_steps
-        trainer.add_callback(TimeLimitProgressCallback(limit))
-    return trainer
 
 
 def build_config(model_args: ModelArguments, tokenizer):

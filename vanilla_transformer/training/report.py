@@ -24,7 +24,6 @@ import transformers
 from ..checkpoints import last_complete_checkpoints, prune_checkpoints
 from ..evaluation.bleu import compute_bleu_with_lowercase
 from ..hub.model_card import local_dataset_name, write_attention_figure, write_model_card
-from ..loss_vanilla_transformer import label_smoothed_cross_entropy
 from ..modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration
 from ..precision import cpu_bfloat16_units, cpu_model_name
 from ..translation.translate import translate
@@ -166,18 +165,16 @@ def unigram_nll(train_split, validation) -> float:
 
 
 def validation_nll(model, trainer) -> float:
-    """NLL per target token of `model` on the run's validation split, by teacher forcing (no decoding: seconds)."""
+    """NLL per target token of `model` on the run's validation split, by teacher forcing (no decoding: seconds): the
+    model's own loss, which is the plain cross-entropy, weighted by each batch's target tokens."""
     sums = torch.zeros(2, dtype=torch.float64)
     model.eval()
     with torch.no_grad():
         for batch in trainer.get_eval_dataloader():
-            labels = batch.pop("labels").to(model.device)
-            batch.pop("decoder_input_ids", None)
-            decoder_input_ids = model.prepare_decoder_input_ids_from_labels(labels)
-            inputs = {k: v.to(model.device) for k, v in batch.items()}
-            logits = model(**inputs, decoder_input_ids=decoder_input_ids, use_cache=False).logits
-            _, nll, tokens = label_smoothed_cross_entropy(logits, labels)
-            sums += torch.stack([nll.double().cpu(), tokens.double().cpu()])
+            inputs = {k: v.to(model.device) for k, v in batch.items() if k != "decoder_input_ids"}
+            loss = model(**inputs, use_cache=False).loss  # labels given: the model shifts them into its input
+            tokens = inputs["labels"].ne(-100).sum()
+            sums += torch.stack([loss.double().cpu() * tokens.cpu(), tokens.double().cpu()])
     return float(sums[0] / sums[1].clamp(min=1))
 
 

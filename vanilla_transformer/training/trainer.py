@@ -1,6 +1,8 @@
 """`VanillaTransformerTrainer`: the `Seq2SeqTrainer` with the paper's training recipe (section 5): token batches,
 Adam with the warm-up schedule, the label-smoothed loss, and evaluation by loss and BLEU.
 
+`build_trainer` makes it: the paper's loss and BLEU go in through the Trainer's own arguments (`compute_loss_func`,
+`compute_metrics`), the evaluation split sorted by length once; `resume_checkpoint` checks a checkpoint before it.
 One update, in the order the Trainer (transformers 5.24, `Trainer.train`) calls this package:
 
 1. `get_train_dataloader` (once per `train()` call, in a new order each epoch): batches of about `max_tokens` tokens
@@ -8,12 +10,11 @@ One update, in the order the Trainer (transformers 5.24, `Trainer.train`) calls 
    data-parallel processes by the sampler itself.
 2. `get_batch_samples`: the update's micro-batches (`gradient_accumulation_steps` of them), augmented when asked
    (`subword_split`, `bidirectional_steps`: augmentation.py, not in the paper) before the Trainer counts their target
-   tokens (`num_items_in_batch`); the decoder input is shifted from the labels.
+   tokens (`num_items_in_batch`); the decoder input is shifted from the labels (`with_decoder_input`).
 3. The Trainer's `compute_loss`, once per micro-batch, inside its `training_step` (which then runs the backward): the
    model's logits, then `LabelSmoothedLoss` (the Trainer's `compute_loss_func`): the label-smoothed cross-entropy
-   (section 5.4, epsilon `label_smoothing_factor`) divided by the target tokens of the whole update, so the gradients
-   do not depend on how the update is split across micro-batches or processes; the sums for the logs are added up
-   there.
+   (section 5.4, `label_smoothing_factor`) divided by the target tokens of the whole update, so the gradients do not
+   depend on how the update is split across micro-batches or processes; the sums for the logs are added up there.
 4. The Trainer's gradient norm, for the logs (no clipping, as in the paper: `max_grad_norm=0`).
 5. The optimizer step: the Trainer's own optimizer, `adamw_torch_fused` with weight decay 0, which is the paper's
    Adam with beta1 0.9, beta2 0.98, epsilon 1e-9 (section 5.3); then `lr_scheduler.step()`, the learning rate of eq. 3
@@ -23,12 +24,12 @@ One update, in the order the Trainer (transformers 5.24, `Trainer.train`) calls 
    (`NoamLR.set_cooldown`) once the time left is short, and stops when it ends.
 7. `log`, every `logging_steps` updates: the Trainer's mean loss, plus `nll_loss` and `ppl` per target token.
 8. Every `eval_steps` updates, `evaluate` -> `evaluation_loop` (the loss per target token of the split) ->
-   `get_eval_dataloader` (sentences sorted by length) -> `prediction_step` per batch (the loss sentence by sentence,
-   and beam search from the same encoding of the source) -> `compute_metrics` (cased sacreBLEU,
-   `evaluation.bleu.make_compute_metrics`).
+   `prediction_step` per batch (the loss sentence by sentence, and beam search from the same encoding of the source)
+   -> `compute_metrics` (cased sacreBLEU, `evaluation.bleu.make_compute_metrics`).
 9. Every `save_steps` updates, the Trainer's checkpoint (model, optimizer, schedule, RNG states, position in the data):
-   `train(resume_from_checkpoint=...)` continues the uninterrupted run's losses exactly (tests/test_trainer.py), and
-   refuses a checkpoint whose schedule differs from the arguments or whose optimizer state was removed.
+   `train(resume_from_checkpoint=resume_checkpoint(args, d_model))` continues the uninterrupted run's losses exactly
+   (tests/test_trainer.py); `resume_checkpoint` refuses a checkpoint whose schedule differs from the arguments or
+   whose optimizer state was removed.
 
 Precision (`bf16="auto"`) is resolved by `VanillaTrainingArguments` (options.py); in bfloat16 on a CPU the model runs
 the eager attention, the fast kernel there (`precision.fast_attention_implementation`).
@@ -42,7 +43,6 @@ import os
 from functools import partial
 
 import datasets
-import numpy as np
 import torch
 from accelerate.data_loader import prepare_data_loader
 from torch.utils.data import DataLoader
@@ -52,12 +52,11 @@ from transformers.trainer import SCHEDULER_NAME, TRAINER_STATE_NAME
 from transformers.trainer_utils import seed_worker
 
 from ..checkpoints import has_resume_state, is_complete_checkpoint, last_checkpoint, remove_incomplete_checkpoints
-from ..data.batching import TokenBatchSampler
+from ..data.batching import TokenBatchSampler, longest_first
 from ..data.corpus import MODEL_INPUT_COLUMNS
-from ..evaluation.attention import use_attention
 from ..evaluation.bleu import make_compute_metrics
 from ..loss_vanilla_transformer import label_smoothed_cross_entropy
-from ..translation.precision import fast_attention_implementation
+from ..precision import fast_attention_implementation, use_attention
 from .augmentation import maybe_reverse, merge_tree, split_batch, update_seed
 from .options import VanillaTrainingArguments
 from .schedule import NoamLR, peak_learning_rate
@@ -67,21 +66,34 @@ logger = logging.getLogger(__name__)
 
 
 class LabelSmoothedLoss:
-    """The training loss, as the Trainer's `compute_loss_func`: section 5.4's label-smoothed cross-entropy (epsilon
-    `label_smoothing_factor`; float32, fused: `label_smoothed_cross_entropy`) of one micro-batch, summed over its
-    target tokens and divided by `num_items_in_batch`, the target tokens of the whole update that the Trainer counts,
-    so that the gradients do not depend on how the update is split across micro-batches or processes. The Trainer's
-    `compute_loss` then scales it for data parallelism as it scales its own losses. Adds (smoothed loss, NLL, target
-    tokens) of each micro-batch to `sums` (no host sync), which `VanillaTransformerTrainer.log` reads. With
-    `compile_with` (a `torch.compile` backend and mode: `torch_compile`), the loss is compiled as well as the model,
-    for any batch shape, and the compiler fuses its formula."""
+    """The training loss, as the Trainer's `compute_loss_func` (`build_trainer` passes it): section 5.4's
+    label-smoothed cross-entropy (`label_smoothing_factor`; float32, fused: `label_smoothed_cross_entropy`) of one
+    micro-batch, summed over its target tokens and divided by `num_items_in_batch`, the target tokens of the whole
+    update that the Trainer counts, so that the gradients do not depend on how the update is split across
+    micro-batches or processes. The Trainer's `compute_loss` then scales it for data parallelism as it scales its own
+    losses. Adds (smoothed loss, NLL, target tokens) of each micro-batch to `sums` (no host sync), which
+    `VanillaTransformerTrainer.log` reads. With `compile_with` (a `torch.compile` backend and mode: `torch_compile`),
+    the loss is compiled as well as the model, for any batch shape, and the compiler fuses its formula."""
 
-    def __init__(self, epsilon: float, sums: torch.Tensor, compile_with: tuple[str, str | None] | None = None):
-        self.epsilon, self.sums = epsilon, sums
+    def __init__(self, label_smoothing_factor: float = 0.0, compile_with: tuple[str, str | None] | None = None):
+        self.label_smoothing_factor = label_smoothing_factor
+        self.sums: torch.Tensor | None = None  # made on the logits' device by the first call
         self.function = label_smoothed_cross_entropy
         if compile_with is not None:
             backend, mode = compile_with
             self.function = torch.compile(self.function, dynamic=True, backend=backend, mode=mode)
+
+    @classmethod
+    def of(cls, args: VanillaTrainingArguments) -> LabelSmoothedLoss:
+        """The loss the arguments ask for: their `label_smoothing_factor`, compiled under `torch_compile`."""
+        compiler = (args.torch_compile_backend or "inductor", args.torch_compile_mode)
+        return cls(args.label_smoothing_factor, compile_with=compiler if args.torch_compile else None)
+
+    def terms(self, logits: torch.Tensor, labels: torch.Tensor, per_sequence: bool = False):
+        """(smoothed loss, NLL, target tokens), summed over the batch or, with `per_sequence`, over each sentence
+        (evaluation's sums, never compiled): the one place training and evaluation compute the cross-entropy."""
+        function = label_smoothed_cross_entropy if per_sequence else self.function
+        return function(logits, labels.to(logits.device), self.label_smoothing_factor, per_sequence=per_sequence)
 
     def __call__(self, outputs, labels, num_items_in_batch=None) -> torch.Tensor:
         if labels is None:
@@ -89,7 +101,9 @@ class LabelSmoothedLoss:
                 "The batch has no `labels`: the training data must hold the tokenized targets in a `labels` column."
             )
         logits = outputs["logits"] if isinstance(outputs, dict) else outputs[0]
-        loss_sum, nll_sum, tokens = self.function(logits, labels, self.epsilon)
+        loss_sum, nll_sum, tokens = self.terms(logits, labels)
+        if self.sums is None:
+            self.sums = torch.zeros(3, device=loss_sum.device)
         self.sums += torch.stack([loss_sum.detach(), nll_sum, tokens.to(loss_sum.dtype)]).to(self.sums)
         denominator = tokens.clamp(min=1) if num_items_in_batch is None else num_items_in_batch
         if isinstance(denominator, torch.Tensor):
@@ -97,155 +111,177 @@ class LabelSmoothedLoss:
         return loss_sum / denominator
 
 
+def build_trainer(
+    model,
+    args: VanillaTrainingArguments,
+    tokenizer,
+    train_dataset=None,
+    eval_dataset=None,
+    *,
+    data_collator=None,
+    callbacks=(),
+    max_train_minutes: float | None = None,
+) -> VanillaTransformerTrainer:
+    """A `VanillaTransformerTrainer` with the paper's recipe given through the Trainer's own arguments: the
+    label-smoothed loss (`compute_loss_func`), BLEU (`compute_metrics`, with `predict_with_generate`), the evaluation
+    split sorted by source length (read in order, it batches sentences of similar length), and the attention kernel
+    that is fast in the run's precision. With `max_train_minutes`, the time limit, the warm-up fitted to the measured
+    speed (when the options asked for it), the cool-down planned in the time left, and a progress bar that counts the
+    limit. `data_collator` defaults to `DataCollatorForSeq2Seq` (the trainer shifts the labels into the decoder input
+    itself, on the device). What the arguments cannot be trained with is refused here, before anything runs."""
+    from transformers import DataCollatorForSeq2Seq, ProgressCallback
+
+    from .callbacks import CooldownPlanner, TimeLimit, TimeLimitProgressCallback, WarmupFitter
+
+    if not isinstance(args, VanillaTrainingArguments):
+        raise ValueError(
+            f"`args` must be a VanillaTrainingArguments, got {type(args).__name__}: build it with "
+            f"`VanillaTrainingArguments(output_dir=..., ...)` (it carries the paper's defaults)."
+        )
+    if args.n_gpu > 1:
+        raise ValueError(
+            f"`n_gpu`={args.n_gpu}: torch.nn.DataParallel is not supported (token batches cannot be split evenly). "
+            f"Launch one process per GPU instead: `accelerate launch -m vanilla_transformer.training.command ...` "
+            f"or `torchrun`."
+        )
+    for option, why in (
+        ("bidirectional_steps", "turns labels into source tokens padded with the tokenizer's pad id"),
+        ("subword_split", "undoes the tokenizer's BPE merges"),
+    ):
+        if getattr(args, option) and getattr(tokenizer, "pad_token_id", None) is None:
+            raise ValueError(f"`{option}` {why}, but there is no tokenizer with a pad token: pass `tokenizer`.")
+    compute_metrics = None
+    if args.predict_with_generate and tokenizer is not None:
+        compute_metrics = make_compute_metrics(tokenizer)
+    metric = (args.metric_for_best_model or "").removeprefix("eval_")
+    if metric in ("bleu", "gen_len") and compute_metrics is None and args.eval_strategy != "no":
+        raise ValueError(
+            f"`metric_for_best_model`={args.metric_for_best_model!r} needs BLEU, which needs a tokenizer and "
+            f"`predict_with_generate=True`; or set `metric_for_best_model='loss'`."
+        )
+    use_fast_attention(model, args)
+    limit = TimeLimit(max_train_minutes) if max_train_minutes else None
+    callbacks = list(callbacks)
+    if limit:
+        fit = args.fit_warmup_to_speed
+        callbacks += [limit, WarmupFitter(limit, scale_factor=fit["lr_factor"])] if fit else [limit]
+        callbacks.append(CooldownPlanner(limit))
+    if data_collator is None:
+        data_collator = DataCollatorForSeq2Seq(
+            tokenizer, label_pad_token_id=-100, pad_to_multiple_of=args.pad_to_multiple_of
+        )
+    trainer = VanillaTransformerTrainer(
+        model=model,
+        args=args,
+        data_collator=data_collator,
+        train_dataset=train_dataset,
+        eval_dataset=longest_first(eval_dataset) if eval_dataset is not None else None,
+        processing_class=tokenizer,
+        compute_loss_func=LabelSmoothedLoss.of(args),
+        compute_metrics=compute_metrics,
+        callbacks=callbacks or None,
+    )
+    if limit and trainer.pop_callback(ProgressCallback):  # the progress bar counts the time limit, not max_steps
+        trainer.add_callback(TimeLimitProgressCallback(limit))
+    return trainer
+
+
+def use_fast_attention(model, args: VanillaTrainingArguments) -> None:
+    """Log the precision and why; in bfloat16 on a CPU, switch the model to the eager attention, the fast kernel
+    there (`precision.fast_attention_implementation`; not saved: checkpoints keep the default)."""
+    precision = {"bf16": "bfloat16 autocast", "fp16": "float16 autocast"}.get(args.mixed_precision, "float32")
+    logger.info(
+        "Precision: %s on %s (%s).", precision, args.device, getattr(args, "precision_reason", "set by the arguments")
+    )
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(args.mixed_precision, torch.float32)
+    attention = fast_attention_implementation(args.device, dtype)
+    if attention and getattr(getattr(model, "config", None), "_attn_implementation", None) == "sdpa":
+        use_attention(model, attention)
+        logger.info("Attention: %s (torch's SDPA kernel is the slow one in %s on a CPU).", attention, precision)
+
+
+def resume_checkpoint(args: VanillaTrainingArguments, d_model: int | None) -> str | None:
+    """The checkpoint `args.resume_from_checkpoint` names, checked before the Trainer is built: `True` takes the
+    newest complete checkpoint of `output_dir`; a checkpoint whose save did not finish, one whose optimizer state was
+    removed, and one whose learning-rate schedule differs from these arguments (the Trainer would restore the
+    checkpoint's schedule, silently ignoring the new values) are refused. On the main process, the incomplete
+    checkpoints of `output_dir` are then removed. None: no resume."""
+    checkpoint = args.resume_from_checkpoint
+    if checkpoint is True:
+        checkpoint = last_checkpoint(args.output_dir)
+        if checkpoint is None:
+            raise ValueError(
+                f"`resume_from_checkpoint=True` but `output_dir` {args.output_dir!r} holds no complete "
+                f"checkpoint: pass the path of one, or start without resuming."
+            )
+    if not checkpoint:
+        return None
+    checkpoint = str(checkpoint)
+    if not is_complete_checkpoint(checkpoint):
+        raise ValueError(
+            f"`resume_from_checkpoint` {checkpoint!r} has no readable {TRAINER_STATE_NAME}, which the Trainer "
+            f"writes last: its save did not finish. Resume from an earlier checkpoint (True takes the newest "
+            f"complete one)."
+        )
+    if not has_resume_state(checkpoint) and not args.save_only_model:
+        # The Trainer would go on without it, silently: a fresh Adam, the schedule from its start.
+        raise ValueError(
+            f"`resume_from_checkpoint` {checkpoint!r} holds the weights only: its optimizer state was removed at "
+            f"the end of its run (`keep_checkpoints`), which keeps it in the newest checkpoint. Resume from that one "
+            f"(`resume_from_checkpoint` true), or start a new run from these weights (`init_from`)."
+        )
+    check_schedule_of(checkpoint, args, d_model)
+    if args.should_save:
+        remove_incomplete_checkpoints(args.output_dir)
+    return checkpoint
+
+
+def check_schedule_of(checkpoint: str, args: VanillaTrainingArguments, d_model: int | None) -> None:
+    path = os.path.join(checkpoint, SCHEDULER_NAME)
+    if not os.path.isfile(path):
+        return  # a checkpoint saved without optimizer state (`save_only_model`): nothing is restored
+    saved = torch.load(path, map_location="cpu", weights_only=True)  # numbers only, no pickled objects
+    paper_schedule = args.lr_schedule == "noam"
+    if paper_schedule != ("factor" in saved):
+        kind = "the paper's learning-rate schedule" if "factor" in saved else "a stock Trainer schedule"
+        raise ValueError(
+            f"Checkpoint {checkpoint!r} was trained with {kind}, but this run sets "
+            f"`lr_schedule`={args.lr_schedule!r} ({args.lr_scheduler_type!r}): "
+            f"resume with the checkpoint's schedule, or start a new run from its weights (`--init_from`)."
+        )
+    if paper_schedule:
+        # A warm-up given as a ratio depends on the step count, known here only from `max_steps`.
+        warmup = saved["warmup_steps"]
+        if args.warmup_steps >= 1 or args.max_steps > 0:
+            warmup = args.get_warmup_steps(args.max_steps)
+        ours = {"warmup_steps": warmup, "lr_factor": float(args.lr_factor), "d_model": d_model}
+        theirs = {"warmup_steps": saved["warmup_steps"], "lr_factor": saved["factor"], "d_model": saved["d_model"]}
+    else:
+        ours, theirs = {"learning_rate": args.learning_rate}, {"learning_rate": saved["base_lrs"][0]}
+    changed = [name for name in ours if ours[name] != theirs[name]]
+    if changed:
+        raise ValueError(
+            f"Checkpoint {checkpoint!r} has the learning-rate schedule "
+            f"{', '.join(f'{n}={theirs[n]!r}' for n in changed)}, but this run sets "
+            f"{', '.join(f'{n}={ours[n]!r}' for n in changed)}; resuming would restore the checkpoint's values "
+            f"and ignore these. Pass the checkpoint's values to continue its run, or start a new run from its weights "
+            f"(`--init_from`)."
+        )
+
+
 class VanillaTransformerTrainer(Seq2SeqTrainer):
-    """`Seq2SeqTrainer` with the paper's optimizer, schedule, label-smoothed loss, token-based batches, BLEU
-    evaluation and crash-safe checkpoints; after `train`, its methods come in the order of the module docstring's
-    update. Takes the same arguments as `Seq2SeqTrainer`, with `args` a `VanillaTrainingArguments`. When
-    `compute_metrics` is not given and a tokenizer is (`processing_class`), BLEU on the decoded labels is computed by
-    `evaluation.bleu.make_compute_metrics`.
+    """`Seq2SeqTrainer` with the paper's schedule, token-based batches, the label-smoothed loss's logs and BLEU
+    evaluation; its methods come in the order of the module docstring's update. Build it with `build_trainer`, which
+    passes the paper's loss and metrics through the Trainer's arguments; `args` is a `VanillaTrainingArguments`.
 
     What passes between its methods: the sums of (smoothed loss, NLL, target tokens), added up by `LabelSmoothedLoss`
-    until `log` reads them (training) and by `prediction_step` until `evaluation_loop` reads them (evaluation); and
-    the schedule `create_scheduler` built, which `train` has built again for each call.
+    until `log` reads them (training) and by `prediction_step` until `evaluation_loop` reads them (evaluation); the
+    schedule `create_scheduler` built, built again by the next `train()` call.
     """
 
-    # Overridden: the defaults of `compute_loss_func` and `compute_metrics` come from `args` and the tokenizer.
-    def __init__(self, model=None, args: VanillaTrainingArguments | None = None, *positional, **kwargs):
-        if args is None:
-            args = VanillaTrainingArguments()
-        if not isinstance(args, VanillaTrainingArguments):
-            raise ValueError(
-                f"`args` must be a VanillaTrainingArguments, got {type(args).__name__}: build it with "
-                f"`VanillaTrainingArguments(output_dir=..., ...)` (it carries the paper's defaults)."
-            )
-        super().__init__(model, args, *positional, **kwargs)
-        if self.args.n_gpu > 1:
-            raise ValueError(
-                f"`n_gpu`={self.args.n_gpu}: torch.nn.DataParallel is not supported (token batches cannot be split "
-                f"evenly). Launch one process per GPU instead: `accelerate launch -m vanilla_transformer.training.command ...` or `torchrun`."
-            )
-        if self.compute_metrics is None and self.args.predict_with_generate and self.processing_class is not None:
-            self.compute_metrics = make_compute_metrics(self.processing_class)
-        metric = (self.args.metric_for_best_model or "").removeprefix("eval_")
-        if metric in ("bleu", "gen_len") and self.compute_metrics is None and self.args.eval_strategy != "no":
-            raise ValueError(
-                f"`metric_for_best_model`={self.args.metric_for_best_model!r} needs BLEU, but there is no "
-                f"`compute_metrics` and no tokenizer to build one: pass `processing_class=tokenizer` (with "
-                f"`predict_with_generate=True`), or set `metric_for_best_model='loss'`."
-            )
-        self._use_fast_attention()
-        for option, why in (
-            ("bidirectional_steps", "turns labels into source tokens padded with the tokenizer's pad id"),
-            ("subword_split", "undoes the tokenizer's BPE merges"),
-        ):
-            if getattr(self.args, option) and getattr(self.processing_class, "pad_token_id", None) is None:
-                raise ValueError(
-                    f"`{option}` {why}, but the trainer has no tokenizer (with a pad token): pass "
-                    f"`processing_class=tokenizer`."
-                )
-        self._merge_tree = None  # (left, right) of subword splitting, read from the tokenizer when first needed
-        # Sums of (smoothed loss, NLL, target tokens) since the last log, for training and for evaluation.
-        self._loss_sums = {split: torch.zeros(3, device=self.args.device) for split in ("train", "eval")}
-        if self.compute_loss_func is None:  # the Trainer's `compute_loss` then scales it as its own losses
-            compiler = (self.args.torch_compile_backend or "inductor", self.args.torch_compile_mode)
-            self.compute_loss_func = LabelSmoothedLoss(
-                self.args.label_smoothing_factor,
-                self._loss_sums["train"],
-                compile_with=compiler if self.args.torch_compile else None,
-            )
-        self._noam_scheduler = None  # the paper's schedule, when `create_scheduler` built it
-
-    def _use_fast_attention(self) -> None:
-        """Log the precision and why; in bfloat16 on a CPU, switch the model to the eager attention, the fast kernel
-        there (precision.fast_attention_implementation; not saved: checkpoints keep the default)."""
-        precision = {"bf16": "bfloat16 autocast", "fp16": "float16 autocast"}.get(self.args.mixed_precision, "float32")
-        logger.info(
-            "Precision: %s on %s (%s).",
-            precision,
-            self.args.device,
-            getattr(self.args, "precision_reason", "set by the arguments"),
-        )
-        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(self.args.mixed_precision, torch.float32)
-        attention = fast_attention_implementation(self.args.device, dtype)
-        model = self.accelerator.unwrap_model(self.model)
-        if attention and getattr(getattr(model, "config", None), "_attn_implementation", None) == "sdpa":
-            use_attention(model, attention)
-            logger.info("Attention: %s (torch's SDPA kernel is the slow one in %s on a CPU).", attention, precision)
-
-    # ---- Resuming ----
-
-    # Overridden: the checkpoint is chosen and loaded inside `Trainer.train`, before any callback runs.
-    def train(self, resume_from_checkpoint: str | bool | None = None, trial=None, **kwargs):
-        """`Trainer.train`; `resume_from_checkpoint=True` takes the newest checkpoint of `output_dir`, and a
-        checkpoint whose learning-rate schedule differs from these arguments is refused (the Trainer would restore
-        the checkpoint's schedule, silently ignoring the new values)."""
-        if resume_from_checkpoint is True:
-            resume_from_checkpoint = last_checkpoint(self.args.output_dir)
-            if resume_from_checkpoint is None:
-                raise ValueError(
-                    f"`resume_from_checkpoint=True` but `output_dir` {self.args.output_dir!r} holds no complete "
-                    f"checkpoint: pass the path of one, or start without resuming."
-                )
-        if resume_from_checkpoint:
-            resume_from_checkpoint = str(resume_from_checkpoint)
-            if not is_complete_checkpoint(resume_from_checkpoint):
-                raise ValueError(
-                    f"`resume_from_checkpoint` {resume_from_checkpoint!r} has no readable {TRAINER_STATE_NAME}, which "
-                    f"the Trainer writes last: its save did not finish. Resume from an earlier checkpoint (True takes "
-                    f"the newest complete one)."
-                )
-            if not has_resume_state(resume_from_checkpoint) and not self.args.save_only_model:
-                # The Trainer would go on without it, silently: a fresh Adam, the schedule from its start.
-                raise ValueError(
-                    f"`resume_from_checkpoint` {resume_from_checkpoint!r} holds the weights only: its optimizer state "
-                    f"was removed at the end of its run (`keep_checkpoints`), which keeps it in the newest checkpoint. "
-                    f"Resume from that one (`resume_from_checkpoint` true), or start a new run from these weights "
-                    f"(`init_from`)."
-                )
-            self._check_schedule_of(resume_from_checkpoint)
-            if self.args.should_save:
-                remove_incomplete_checkpoints(self.args.output_dir)
-        # A schedule this trainer built is built again for this call (its arguments or step count may have changed),
-        # as the Trainer does with the schedules it builds itself; one given by the caller is kept.
-        if self.lr_scheduler is not None and self.lr_scheduler is self._noam_scheduler:
-            self.lr_scheduler = None
-        return super().train(resume_from_checkpoint=resume_from_checkpoint or None, trial=trial, **kwargs)
-
-    def _check_schedule_of(self, checkpoint: str) -> None:
-        path = os.path.join(checkpoint, SCHEDULER_NAME)
-        if not os.path.isfile(path):
-            return  # a checkpoint saved without optimizer state (`save_only_model`): nothing is restored
-        saved = torch.load(path, map_location="cpu", weights_only=True)  # numbers only, no pickled objects
-        paper_schedule = self.args.lr_schedule == "noam"
-        if paper_schedule != ("factor" in saved):
-            kind = "the paper's learning-rate schedule" if "factor" in saved else "a stock Trainer schedule"
-            raise ValueError(
-                f"Checkpoint {checkpoint!r} was trained with {kind}, but this run sets "
-                f"`lr_schedule`={self.args.lr_schedule!r} ({self.args.lr_scheduler_type!r}): "
-                f"resume with the checkpoint's schedule, or start a new run from its weights (`--init_from`)."
-            )
-        if paper_schedule:
-            # A warm-up given as a ratio depends on the step count, known here only from `max_steps`.
-            warmup = saved["warmup_steps"]
-            if self.args.warmup_steps >= 1 or self.args.max_steps > 0:
-                warmup = self.args.get_warmup_steps(self.args.max_steps)
-            ours = {
-                "warmup_steps": warmup,
-                "lr_factor": float(self.args.lr_factor),
-                "d_model": getattr(self.accelerator.unwrap_model(self.model).config, "d_model", None),
-            }
-            theirs = {"warmup_steps": saved["warmup_steps"], "lr_factor": saved["factor"], "d_model": saved["d_model"]}
-        else:
-            ours, theirs = {"learning_rate": self.args.learning_rate}, {"learning_rate": saved["base_lrs"][0]}
-        changed = [name for name in ours if ours[name] != theirs[name]]
-        if changed:
-            raise ValueError(
-                f"Checkpoint {checkpoint!r} has the learning-rate schedule "
-                f"{', '.join(f'{n}={theirs[n]!r}' for n in changed)}, but this run sets "
-                f"{', '.join(f'{n}={ours[n]!r}' for n in changed)}; resuming would restore the checkpoint's values "
-                f"and ignore these. Pass the checkpoint's values to continue its run, or start a new run from its weights "
-                f"(`--init_from`)."
-            )
+    _merge_tree = None  # (left, right) of subword splitting, read from the tokenizer when first needed
+    _noam_scheduler = None  # the paper's schedule, when `create_scheduler` built it
+    _eval_sums = None  # (smoothed loss, NLL, target tokens) of the evaluation in progress
 
     # ---- Token-based batches (section 5.1) ----
 
@@ -309,18 +345,15 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
         """The Trainer's micro-batches of one update, augmented before the target tokens that normalise the loss are
         counted: with `subword_split` > 0 their sentences split into smaller subwords, and during the first
         `bidirectional_steps` updates half of them reversed (augmentation.py; neither is in the paper). Each gets the
-        decoder input shifted from its labels, on the device, when the collator did not make one (`LabelSmoothedLoss`
-        reads the labels, so the model does not see them)."""
+        decoder input shifted from its labels (`with_decoder_input`)."""
         if self.args.subword_split:
             # Lazy: the Trainer's loop takes its `num_batches` from the iterator, each split as it is taken.
             epoch_iterator = (self._split_subwords(batch, i) for i, batch in enumerate(epoch_iterator))
         if self.state.global_step < self.args.bidirectional_steps:
             epoch_iterator = (self._maybe_reverse(batch, i) for i, batch in enumerate(epoch_iterator))
         batches, num_items_in_batch = super().get_batch_samples(epoch_iterator, num_batches, device)
-        shift = getattr(self.accelerator.unwrap_model(self.model), "prepare_decoder_input_ids_from_labels", None)
+        batches = [self.with_decoder_input(batch) for batch in batches]
         for batch in batches:
-            if shift is not None and "labels" in batch and "decoder_input_ids" not in batch:
-                batch["decoder_input_ids"] = shift(batch["labels"])
             if self.args.torch_compile:
                 # Token batches vary in sentences and in length: compile for any size at once (else torch.compile
                 # compiles for the first shape, then again for each dimension seen to change).
@@ -329,6 +362,16 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
                         torch._dynamo.maybe_mark_dynamic(tensor, 0)
                         torch._dynamo.maybe_mark_dynamic(tensor, 1)
         return batches, num_items_in_batch
+
+    def with_decoder_input(self, batch: dict) -> dict:
+        """`batch` with the decoder input made from its labels (shifted right, section 3) when the collator made
+        none (the training command's collator has no `model=`: the shift runs on the device) or an augmentation
+        replaced the labels: the trainer's one place for it, training and evaluation alike. The Trainer gives the
+        labels to the loss, not to the model, so the model's own shift does not run."""
+        if "labels" not in batch or "decoder_input_ids" in batch:
+            return batch
+        model = self.accelerator.unwrap_model(self.model)
+        return {**batch, "decoder_input_ids": model.prepare_decoder_input_ids_from_labels(batch["labels"])}
 
     def _update_seed(self, micro_batch: int, *stream: int) -> int:
         """`augmentation.update_seed` of this update, micro-batch and process (`stream` 2: the reversal)."""
@@ -358,7 +401,10 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
         """With `lr_schedule="noam"`, the paper's learning rate (section 5.3, eq. 3): `schedule.NoamLR`, peak
         `lr_factor * (d_model * warmup_steps)^-0.5` with `d_model` from the model config, and the cool-down asked for
         (`lr_cooldown`, not in the paper). With "trainer", the Trainer's own schedule (`lr_scheduler_type`)."""
-        if self.lr_scheduler is None and self.args.lr_schedule == "noam":
+        # A schedule this trainer built is built again on each `train()` call (its arguments or step count may have
+        # changed), as the Trainer does with the schedules it builds itself; one given by the caller is kept.
+        ours = self.lr_scheduler is None or self.lr_scheduler is self._noam_scheduler
+        if ours and self.args.lr_schedule == "noam":
             config = getattr(self.accelerator.unwrap_model(self.model), "config", None)
             d_model = getattr(config, "d_model", None)
             if d_model is None:
@@ -402,19 +448,13 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
 
     # ---- Logs ----
 
-    def _take_loss_sums(self, split: str) -> tuple[float, float, float]:
-        """(smoothed sum, NLL sum, tokens) over all processes since the last call, then reset them."""
-        sums = self._loss_sums[split].clone()
-        if split == "train":  # evaluation sums are gathered already, without the repeated sentences
-            sums = self.accelerator.reduce(sums, reduction="sum")
-        self._loss_sums[split].zero_()
-        return tuple(sums.tolist())
-
     # Overridden: `on_log` runs after `state.log_history` copied the logs and after the `report_to` callbacks.
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         """The Trainer's log; the periodic training log gains `nll_loss` and `ppl`, per target token since the last."""
-        if "loss" in logs:  # the periodic training log (evaluation logs have `eval_loss`)
-            _, nll_sum, tokens = self._take_loss_sums("train")
+        sums = getattr(self.compute_loss_func, "sums", None)  # LabelSmoothedLoss's, since the last log
+        if "loss" in logs and sums is not None:  # the periodic training log (evaluation logs have `eval_loss`)
+            _, nll_sum, tokens = self.accelerator.reduce(sums.clone(), reduction="sum").tolist()
+            sums.zero_()
             if tokens > 0:
                 logs["nll_loss"] = nll_sum / tokens
                 logs["ppl"] = math.exp(min(logs["nll_loss"], 100.0))
@@ -428,7 +468,7 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
     ):
         """The Trainer's loop over the split, each sentence gathered once, and the loss, NLL and perplexity per target
         token of the whole split (the Trainer's own `eval_loss` averages per-batch means)."""
-        self._loss_sums["eval"].zero_()
+        self._eval_sums = torch.zeros(3, device=self.args.device)
         # `Seq2SeqTrainer.evaluate`/`predict` switch the Trainer's `gather_for_metrics` to a plain `gather` (for
         # several generated sequences per sentence, which `prediction_step` refuses). A plain gather keeps the
         # sentences repeated to fill the last round of batches of a multi-process evaluation: they would count
@@ -443,23 +483,13 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
             ignore_keys=ignore_keys,
             metric_key_prefix=metric_key_prefix,
         )
-        smoothed_sum, nll_sum, tokens = self._take_loss_sums("eval")
+        # Gathered already by `prediction_step`, without the sentences repeated to fill the last round of batches.
+        smoothed_sum, nll_sum, tokens = self._eval_sums.tolist()
         if tokens > 0:
             output.metrics[f"{metric_key_prefix}_loss"] = smoothed_sum / tokens
             output.metrics[f"{metric_key_prefix}_nll_loss"] = nll_sum / tokens
             output.metrics[f"{metric_key_prefix}_ppl"] = math.exp(min(nll_sum / tokens, 100.0))
         return output
-
-    # Overridden: no Trainer eval sampler sorts by length (`group_by_length` shuffles, then sorts in groups).
-    def get_eval_dataloader(self, eval_dataset=None):
-        """The evaluation split sorted by source length, longest first, so that a batch holds sentences of similar
-        length: beam search then pads little (scores are per sentence pair and do not depend on the order)."""
-        dataset = self.eval_dataset if eval_dataset is None else eval_dataset
-        if isinstance(dataset, datasets.Dataset) and {"input_ids"} <= set(dataset.column_names):
-            lengths = dataset.with_format("arrow").select_columns(["input_ids"])[:]
-            lengths = lengths.column("input_ids").combine_chunks().value_lengths().to_numpy()
-            eval_dataset = dataset.select(np.argsort(-lengths, kind="stable"))
-        return super().get_eval_dataloader(eval_dataset)
 
     # Overridden: the Seq2SeqTrainer's encodes the source twice and fills the generation config with defaults.
     def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None, **gen_kwargs):
@@ -474,20 +504,20 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
                 return None, self._translate(model, inputs, None, gen_kwargs), None
             return super().prediction_step(model, inputs, prediction_loss_only, ignore_keys=ignore_keys)
         labels = inputs["labels"]
-        forward = {k: v for k, v in inputs.items() if k != "labels"}
-        if "decoder_input_ids" not in forward:  # the collator had no `model=` to build them
-            unwrapped = self.accelerator.unwrap_model(model)
-            forward["decoder_input_ids"] = unwrapped.prepare_decoder_input_ids_from_labels(labels)
+        forward = {k: v for k, v in self.with_decoder_input(inputs).items() if k != "labels"}
+        loss_of = self.compute_loss_func
+        if not isinstance(loss_of, LabelSmoothedLoss):  # a caller's own training loss: the split's is the paper's
+            loss_of = LabelSmoothedLoss(self.args.label_smoothing_factor)
         with torch.no_grad(), self.compute_loss_context_manager():
             outputs = model(**forward, use_cache=False)
             logits = outputs["logits"] if isinstance(outputs, dict) else outputs[0]
-            smoothed, nll, tokens = label_smoothed_cross_entropy(
-                logits, labels.to(logits.device), self.args.label_smoothing_factor, per_sequence=True
-            )
+            smoothed, nll, tokens = loss_of.terms(logits, labels, per_sequence=True)
         # Gathered like the predictions: under data parallelism the last round of batches is filled up with sentences
         # from the start of the split, which `gather_for_metrics` drops.
         sums = self.accelerator.gather_for_metrics(torch.stack([smoothed, nll, tokens.to(smoothed.dtype)], dim=-1))
-        self._loss_sums["eval"] += sums.sum(0).to(self._loss_sums["eval"])
+        if self._eval_sums is None:  # a `prediction_step` outside `evaluation_loop`
+            self._eval_sums = torch.zeros(3, device=self.args.device)
+        self._eval_sums += sums.sum(0).to(self._eval_sums)
         loss = (smoothed.sum() / tokens.sum().clamp(min=1)).detach()
         if not generate:
             return (loss, None, None) if prediction_loss_only else (loss, logits, labels)
