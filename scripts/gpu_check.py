@@ -774,7 +774,7 @@ def smoke_data(data_dir: Path, target: Path) -> Path:
 
 
 def part_train(report: Report, device: torch.device, args, deadline: float) -> None:
-    from vanilla_transformer.training.command import train
+    from vanilla_transformer.training.train import train
 
     minutes = min(args.train_minutes, max(0.05, (deadline - time.perf_counter() - args.train_overhead_s) / 60))
     work = Path(tempfile.mkdtemp(prefix="gpu_check_train_"))

@@ -21,7 +21,8 @@ from helpers import (
     subprocess_env,
 )
 
-from vanilla_transformer.training import command, preflight
+from vanilla_transformer.training import preflight
+from vanilla_transformer.training import train as command
 from vanilla_transformer.translation.shipped import DEFAULT_MODEL, PRETRAINED_DIR
 
 
@@ -107,7 +108,7 @@ def test_train_without_output_dir_writes_under_runs_and_says_so(tmp_path, monkey
         raise Loaded("the run reached its data")
 
     monkeypatch.setattr(command, "load_data", stop)
-    with caplog.at_level(logging.INFO, logger="vanilla_transformer.training.command"), pytest.raises(Loaded):
+    with caplog.at_level(logging.INFO, logger="vanilla_transformer.training.train"), pytest.raises(Loaded):
         command.train([*train(corpus)[1:], "--report_to", "none"])
     assert "No --output_dir: the run writes runs/my_corpus_en_de_small" in caplog.text
 

@@ -21,13 +21,13 @@ from helpers import read_multi30k, subprocess_env, tiny_options, write_multi30k_
 from safetensors.torch import load_file
 
 from vanilla_transformer import shipped_model_path
-from vanilla_transformer.training import command
+from vanilla_transformer.training import train as command
 
 
 ROOT = Path(__file__).resolve().parents[1]
 TIMEOUT = 300  # seconds for one launch; each takes 10-30 s on a shared 2-core CPU
 LAUNCH = [sys.executable, "-m", "accelerate.commands.launch", "--mixed_precision", "no", "--dynamo_backend", "no"]
-TRAIN = ["-m", "vanilla_transformer.training.command"]
+TRAIN = ["-m", "vanilla_transformer.training.train"]
 
 
 # ---- the launch check and the logging: cheap, in the default run
@@ -71,7 +71,7 @@ def test_a_launch_that_cannot_be_started_again_stops_with_the_command_that_works
 QUIET_SCRIPT = """
 import logging, sys, warnings
 from vanilla_transformer import shipped_model_path
-from vanilla_transformer.training import command
+from vanilla_transformer.training import train as command
 command.quiet_unless_main({"RANK": sys.argv[1]} if sys.argv[1] else {})
 logging.getLogger("vanilla_transformer.training.x").info("an event")
 logging.getLogger("vanilla_transformer.training.x").warning("a warning")
@@ -344,7 +344,7 @@ def test_a_machine_that_dies_ends_the_run_and_its_rank_is_named(runs, tmp_path):
     workers = [
         process
         for process in psutil.Process(machines[1].pid).children(recursive=True)
-        if "vanilla_transformer.training.command" in process.cmdline()
+        if "vanilla_transformer.training.train" in process.cmdline()
         and "accelerate" not in " ".join(process.cmdline())
     ]
     assert len(workers) == 1
@@ -585,7 +585,7 @@ def readme_launch() -> list[str]:
         if "accelerate launch" in line and "--num_processes 2" in line
     )
     words = line.split()
-    return words[: words.index("vanilla_transformer.training.command") + 1]
+    return words[: words.index("vanilla_transformer.training.train") + 1]
 
 
 @pytest.mark.slow

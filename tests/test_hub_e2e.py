@@ -76,7 +76,7 @@ def online():
 def load_train_py():
     """The training command's module (`vanilla-transformer train`, `python train.py`); its `train()` returns the
     results."""
-    return importlib.import_module("vanilla_transformer.training.command")
+    return importlib.import_module("vanilla_transformer.training.train")
 
 
 def train_args(data_dir, output_dir, *extra):

@@ -123,7 +123,7 @@ FLOORS = {
         "vanilla_transformer.translation.commands",
         "vanilla_transformer.evaluation.commands",
         "vanilla_transformer.hub.commands",
-        "vanilla_transformer.training.command",
+        "vanilla_transformer.training.train",
         "vanilla_transformer.training.commands",
         "vanilla_transformer.demo.commands",
         "vanilla_transformer.demo.page",

@@ -305,7 +305,7 @@ def test_installed_wheel_trains_with_a_shipped_recipe_from_any_directory(fresh_e
         [
             str(fresh_env),
             "-m",
-            "vanilla_transformer.training.command",
+            "vanilla_transformer.training.train",
             "--recipe",
             "multi30k_en_de_cpu",
             "--dataset",

@@ -11,8 +11,7 @@ from pathlib import Path
 import pytest
 from helpers import tiny_options
 
-from vanilla_transformer.training import callbacks
-from vanilla_transformer.training import command as train
+from vanilla_transformer.training import callbacks, train
 from vanilla_transformer.training.options import warmup_for_speed
 from vanilla_transformer.training.report import learning_verdict
 

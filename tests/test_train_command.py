@@ -22,7 +22,7 @@ from helpers import (
 )
 from safetensors.torch import load_file
 
-from vanilla_transformer.training import command as train
+from vanilla_transformer.training import train
 from vanilla_transformer.training.options import parse_args
 from vanilla_transformer.training.preflight import RECIPES_DIR, default_recipe, shipped_recipes
 
@@ -159,7 +159,7 @@ def test_the_command_line_gives_no_traceback_and_exit_status_2(tmp_path):
     """As a person runs it: the module form and the repository's train.py, in another directory."""
     root = Path(__file__).resolve().parents[1]
     for command in (
-        [sys.executable, "-m", "vanilla_transformer.training.command"],
+        [sys.executable, "-m", "vanilla_transformer.training.train"],
         [sys.executable, str(root / "train.py")],
     ):
         result = subprocess.run(

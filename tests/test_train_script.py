@@ -14,8 +14,7 @@ from helpers import MULTI30K, subprocess_env, tiny_config, tiny_options, write_m
 
 from vanilla_transformer import VanillaTransformerForConditionalGeneration
 from vanilla_transformer.data.tokenizer import load_tokenizer
-from vanilla_transformer.training import command as train
-from vanilla_transformer.training import report
+from vanilla_transformer.training import report, train
 from vanilla_transformer.training import trainer as trainer_module
 from vanilla_transformer.training.options import VanillaTrainingArguments, parse_args
 from vanilla_transformer.training.preflight import RECIPES_DIR
@@ -319,7 +318,7 @@ def test_a_float32_cpu_run_trains_with_the_cpu_float32_options_and_records_them(
         )
     )
     extra = ["--max_steps", "2", "--test_split", "", "--plots", "false", "--max_train_samples", "300", *command_line]
-    with caplog.at_level(logging.INFO, logger="vanilla_transformer.training.command"):
+    with caplog.at_level(logging.INFO, logger="vanilla_transformer.training.train"):
         results = train.train(["--recipe", str(recipe), *_args(data_dir, tmp_path / "run", *extra, "--bf16", "false")])
     assert results["training"]["precision"]["cpu_float32_options"] == options
     hyperparameters = results["training"]["hyperparameters"]

@@ -181,6 +181,15 @@ def test_no_host_sync_defaults(tmp_path):
 # ---- Loss ----
 
 
+def test_build_trainer_gives_the_paper_loss_and_bleu_through_the_trainers_arguments(tmp_path, tokenizer, corpus):
+    trainer = make_trainer(tmp_path, tiny_model(tokenizer), tokenizer, corpus, label_smoothing_factor=0.2)
+    assert isinstance(trainer.compute_loss_func, LabelSmoothedLoss)
+    assert trainer.compute_loss_func.label_smoothing_factor == 0.2 and trainer.label_smoother is None
+    assert trainer.compute_metrics is not None  # BLEU, from the tokenizer
+    lengths = [len(ids) for ids in trainer.eval_dataset["input_ids"]]
+    assert lengths == sorted(lengths, reverse=True) and len(lengths) == len(corpus["validation"])
+
+
 def test_label_smoothed_loss_equals_a_hand_computation():
     torch.manual_seed(0)
     V, eps = 7, 0.1

@@ -3,7 +3,7 @@
     vanilla-transformer COMMAND --help          # train, translate, export, push, attention, score, demo, average
 
 Each command's parser and function live in its subpackage's commands.py (translation/, evaluation/, hub/, demo/,
-training/); `train` has its own `HfArgumentParser` (training/command.py), routed to before this parser; its `--help`
+training/); `train` has its own `HfArgumentParser` (training/train.py), routed to before this parser; its `--help`
 and early checks (training/preflight.py) need neither torch nor transformers either. What every
 parser shares is arguments.py. The console script, vanilla_transformer_cli.py beside the package, imports this
 module without registering the model with transformers, so that `--help` needs neither torch nor transformers;
@@ -60,8 +60,8 @@ def main(argv: list[str] | None = None) -> int:
     """Run the command line `argv` (default `sys.argv[1:]`); returns the exit status (0 = success)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["train"]:
-        # The training command owns its options (vanilla_transformer/training/command.py); this command only routes to it.
-        from .training.command import main as train_main
+        # The training command owns its options (vanilla_transformer/training/train.py); this command only routes to it.
+        from .training.train import main as train_main
 
         return train_main(argv[1:])
     parser = build_parser()

@@ -1,4 +1,4 @@
-"""The training layer's commands beside `train` (training/command.py, which owns its options): `average`, the last
+"""The training layer's commands beside `train` (training/train.py, which owns its options): `average`, the last
 checkpoints of a run averaged into one model (section 6.1).
 
     vanilla-transformer average RUN_DIR --last 5 --output OUT

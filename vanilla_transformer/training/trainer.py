@@ -141,7 +141,7 @@ def build_trainer(
     if args.n_gpu > 1:
         raise ValueError(
             f"`n_gpu`={args.n_gpu}: torch.nn.DataParallel is not supported (token batches cannot be split evenly). "
-            f"Launch one process per GPU instead: `accelerate launch -m vanilla_transformer.training.command ...` "
+            f"Launch one process per GPU instead: `accelerate launch -m vanilla_transformer.training.train ...` "
             f"or `torchrun`."
         )
     for option, why in (
@@ -181,6 +181,9 @@ def build_trainer(
         compute_metrics=compute_metrics,
         callbacks=callbacks or None,
     )
+    # The Trainer builds its own `LabelSmoother` from `label_smoothing_factor`, which `compute_loss_func` overrides:
+    # dropped, so that one label smoothing is in the trainer, not two.
+    trainer.label_smoother = None
     if limit and trainer.pop_callback(ProgressCallback):  # the progress bar counts the time limit, not max_steps
         trainer.add_callback(TimeLimitProgressCallback(limit))
     return trainer

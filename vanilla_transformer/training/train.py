@@ -2,8 +2,8 @@
 (section 5) on the Hugging Face Trainer.
 
     vanilla-transformer train --recipe multi30k_en_de_cpu --dataset DATA_DIR         # one CPU, about an hour
-    accelerate launch -m vanilla_transformer.training.command --recipe wmt14_en_de_base         # several GPUs or machines
-    python -m vanilla_transformer.training.command ...  /  python train.py ...  (in a clone)    # the same command
+    accelerate launch -m vanilla_transformer.training.train --recipe wmt14_en_de_base         # several GPUs or machines
+    python -m vanilla_transformer.training.train ...  /  python train.py ...  (in a clone)    # the same command
 
 The steps, each a function below or in `vanilla_transformer.training`: `--help` and the checks that need only the
 options and the file system, before torch loads (`training/preflight.py`), parse and check the options
@@ -43,7 +43,7 @@ from .preflight import (
 if TYPE_CHECKING:
     from .options import DataArguments, ModelArguments, RunArguments, TokenizerArguments
 
-logger = logging.getLogger("vanilla_transformer.training.command")
+logger = logging.getLogger("vanilla_transformer.training.train")
 PROG = "vanilla-transformer train"
 TOKENIZER_SETTINGS = "training_settings.json"  # in OUTPUT_DIR/tokenizer/
 
@@ -65,7 +65,7 @@ def as_flags(message: str) -> str:
     """A library error as the command line's: an option name in backticks becomes its flag (`max_tokens` ->
     --max_tokens), the options sharing their names with the library's arguments. Where a name differs (the data
     loader's `source` is --dataset), the library is given the flag (`load_data`)."""
-    known = {option["dest"] for group in option_table() for option in group["options"]} | {"config"}
+    known = {option["dest"] for group in option_table() for option in group["options"]}
     return re.sub(r"`(\w+)`", lambda match: f"--{match[1]}" if match[1] in known else match[0], message)
 
 
@@ -201,7 +201,7 @@ def relaunch_if_alone(environ, parent: list[str]) -> None:
         raise ValueError(
             "accelerate launch asked for several processes but started this one alone (on a machine without GPUs, "
             "its plain launcher runs one process): launch with --multi_gpu, as in `accelerate launch --multi_gpu "
-            "--num_processes 2 -m vanilla_transformer.training.command ...` (docs/distributed.md)."
+            "--num_processes 2 -m vanilla_transformer.training.train ...` (docs/distributed.md)."
         )
     # `--cpu` would refuse `--multi_gpu`; the command itself trains on the CPU where there is no accelerator.
     args = ["--multi_gpu", *(arg for arg in parent[launch + 1 :] if arg != "--cpu")]
