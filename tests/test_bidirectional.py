@@ -46,9 +46,9 @@ def _trainer(path, tokenizer, corpus, **overrides):
 def test_reversed_batches_are_the_reversed_corpus_collated(tmp_path, tokenizer, corpus):
     reversed_corpus = tokenize_corpus(_pairs(200, source="de", target="en"), tokenizer, max_length=64)
     assert reversed_corpus["train"]["source"] == corpus["train"]["target"]  # the filters kept the same pairs
-    collate = DataCollatorForSeq2Seq(tokenizer, label_pad_token_id=-100)
     columns = ["input_ids", "labels"]
     trainer = _trainer(tmp_path, tokenizer, corpus, bidirectional_steps=1000)
+    collate = trainer.data_collator  # given the model: the decoder input too
     rows = list(range(0, 200, 9))  # pairs of different lengths: padding on both sides
     plain = collate([corpus["train"].select_columns(columns)[i] for i in rows])
     expected = collate([reversed_corpus["train"].select_columns(columns)[i] for i in rows])
@@ -86,9 +86,9 @@ def test_only_the_first_updates_are_bidirectional_and_the_choice_is_seeded(tmp_p
     assert not any(any(reversed_flags(step)) for step in range(30, 40))
 
 
-def test_a_collator_with_the_model_gets_decoder_inputs_of_the_new_labels(tmp_path, tokenizer, corpus):
-    """A collator given the model (as `make_trainer`'s) adds `decoder_input_ids`: a reversed batch must not keep those
-    of the old labels, and its loss is the loss of the reversed pairs collated the same way."""
+def test_a_reversed_batch_gets_the_decoder_input_of_its_new_labels(tmp_path, tokenizer, corpus):
+    """The collator given the model (as build_trainer's) makes `decoder_input_ids`: a reversed batch, collated again,
+    gets those of its new labels, not the old ones, and its loss is the loss of the reversed pairs."""
     reversed_corpus = tokenize_corpus(_pairs(200, source="de", target="en"), tokenizer, max_length=64)
     trainer = _trainer(tmp_path, tokenizer, corpus, bidirectional_steps=1000)
     model = trainer.model.eval()
@@ -99,10 +99,10 @@ def test_a_collator_with_the_model_gets_decoder_inputs_of_the_new_labels(tmp_pat
     assert "decoder_input_ids" in plain
     trainer.state.global_step = next(s for s in range(100) if not _is_forward(trainer, plain, s))
     got = trainer._maybe_reverse(plain, 0)
-    assert "decoder_input_ids" not in got
+    assert torch.equal(got["decoder_input_ids"], expected["decoder_input_ids"])
     with torch.no_grad():
         assert torch.equal(model(**got).loss, model(**expected).loss)
-    # ... and the ones it dropped were not those: they were made from the old labels.
+    # ... and the batch's own decoder input, made from the old labels, is another one.
     old, new = plain["decoder_input_ids"], expected["decoder_input_ids"]
     assert old.shape != new.shape or not torch.equal(old, new)
 

@@ -14,7 +14,7 @@ from transformers import DataCollatorForSeq2Seq, PreTrainedTokenizerFast
 
 from vanilla_transformer.data.corpus import tokenize_corpus
 from vanilla_transformer.data.tokenizer import train_tokenizer
-from vanilla_transformer.training.augmentation import merge_tree, split_batch, split_subwords
+from vanilla_transformer.training.augmentation import merge_tree, sentence_pairs, split_batch, split_subwords
 from vanilla_transformer.training.options import VanillaTrainingArguments
 from vanilla_transformer.training.trainer import build_trainer
 
@@ -141,43 +141,24 @@ def _word_level_tokenizer():
     return tok
 
 
-@pytest.mark.parametrize("with_model", [False, True])
-def test_a_collated_batch_is_split_and_padded_again(tokenizer, encoded, with_model):
-    """Source and target split; `input_ids` padded with <pad> and masked, `labels` padded with -100, both to a
-    multiple of `pad_to_multiple_of`; the decoder input a collator given the model adds is dropped (the model
-    builds it from the labels)."""
+def test_a_collated_batch_is_split_into_pairs_for_the_collator(tokenizer, encoded):
+    """`sentence_pairs` undoes the collator's padding (the features come back); `split_batch` splits both sides of
+    them, the text unchanged, each side's longest sentence grown by at most half (p)."""
     lines, ids = encoded
     features = [{"input_ids": ids[i], "labels": ids[300 + i]} for i in range(8)]
-    model = tiny_model(tokenizer) if with_model else None
-    plain = DataCollatorForSeq2Seq(tokenizer, model=model, label_pad_token_id=-100)(features)
-    assert ("decoder_input_ids" in plain) == with_model
+    plain = DataCollatorForSeq2Seq(tokenizer, model=tiny_model(tokenizer), label_pad_token_id=-100)(features)
+    pairs = sentence_pairs(plain, tokenizer.pad_token_id)
+    assert pairs == features
     left, right = merge_tree(tokenizer)
-    batch = split_batch(
-        plain,
-        left,
-        right,
-        0.5,
-        pad_token_id=tokenizer.pad_token_id,
-        generator=torch.Generator().manual_seed(0),
-        pad_to_multiple_of=8,
-    )
-    assert set(batch) == {"input_ids", "attention_mask", "labels"}
+    split = split_batch(pairs, left, right, 0.5, generator=torch.Generator().manual_seed(0))
     for name in ("input_ids", "labels"):
-        # Wider, by at most half (p) of the longest sentence, then rounded up to a multiple of 8.
-        widest = max(int((row != pad).sum()) for row in plain[name] for pad in [-100 if name == "labels" else 0])
-        assert plain[name].shape[1] < batch[name].shape[1] <= -(-math.ceil(widest * 1.5) // 8) * 8
-        assert batch[name].shape[1] % 8 == 0
-    assert batch["input_ids"].dtype == batch["labels"].dtype == torch.long
-    mask = batch["attention_mask"].bool()
-    assert torch.all(batch["input_ids"][~mask] == tokenizer.pad_token_id)
-    assert torch.all(batch["input_ids"][mask] != tokenizer.pad_token_id)
-    for i in range(8):
-        target = [t for t in batch["labels"][i].tolist() if t != -100]
-        assert tokenizer.decode(batch["input_ids"][i][mask[i]].tolist(), skip_special_tokens=True) == lines[i]
-        assert tokenizer.decode(target, skip_special_tokens=True) == lines[300 + i]
-        assert batch["labels"][i].tolist()[len(target) :] == [-100] * (batch["labels"].shape[1] - len(target))
+        widest = max(len(pair[name]) for pair in pairs)
+        assert widest < max(len(pair[name]) for pair in split) <= math.ceil(widest * 1.5)
+    for i, pair in enumerate(split):
+        assert tokenizer.decode(pair["input_ids"], skip_special_tokens=True) == lines[i]
+        assert tokenizer.decode(pair["labels"], skip_special_tokens=True) == lines[300 + i]
     with pytest.raises(ValueError, match="decoder_attention_mask"):
-        split_batch({**plain, "decoder_attention_mask": plain["attention_mask"]}, left, right, 0.1, pad_token_id=0)
+        sentence_pairs({**plain, "decoder_attention_mask": plain["attention_mask"]}, tokenizer.pad_token_id)
 
 
 # ---- In the trainer ----
@@ -214,6 +195,9 @@ def test_the_updates_batches_are_split_and_their_target_tokens_counted(tmp_path,
         mask = batch["attention_mask"].bool()
         for row, row_mask in zip(batch["input_ids"], mask):
             assert tokenizer.decode(row[row_mask].tolist(), skip_special_tokens=True) in sources
+        # Collated again: the decoder input is the new labels' (the collator's, given the model).
+        shifted = trainer.model.prepare_decoder_input_ids_from_labels(batch["labels"])
+        assert torch.equal(batch["decoder_input_ids"], shifted)
     # A batch splits the same way at the same (update, micro-batch), whatever the global random state.
     batch = plain_batches[0]
     torch.manual_seed(123)

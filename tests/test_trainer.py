@@ -190,6 +190,20 @@ def test_build_trainer_gives_the_paper_loss_and_bleu_through_the_trainers_argume
     assert lengths == sorted(lengths, reverse=True) and len(lengths) == len(corpus["validation"])
 
 
+def test_a_collator_that_makes_no_decoder_input_is_named(tmp_path, tokenizer, corpus):
+    """The Trainer hands the labels to the loss, not to the model: a collator without the model makes no decoder
+    input, and training and evaluation say so instead of failing inside the model."""
+    args = VanillaTrainingArguments(output_dir=str(tmp_path), max_steps=1, report_to=[], use_cpu=True)
+    collator = DataCollatorForSeq2Seq(tokenizer, label_pad_token_id=-100)
+    model = tiny_model(tokenizer)
+    trainer = build_trainer(model, args, tokenizer, corpus["train"], corpus["validation"], data_collator=collator)
+    for run in (trainer.train, trainer.evaluate):
+        with pytest.raises(
+            ValueError, match="no `decoder_input_ids`: collate with `DataCollatorForSeq2Seq.*model=model"
+        ):
+            run()
+
+
 def test_label_smoothed_loss_equals_a_hand_computation():
     torch.manual_seed(0)
     V, eps = 7, 0.1

@@ -36,25 +36,33 @@ def update_seed(seed: int, global_step: int, micro_batch: int, process_index: in
     return int(np.random.SeedSequence(key).generate_state(1)[0])
 
 
-def maybe_reverse(batch: dict, seed: int, pad_token_id: int) -> dict:
-    """The whole micro-batch, with probability 1/2 (drawn from `seed`), as target -> source pairs. Both sides end in
-    `</s>` and share one vocabulary (sections 5.1, 3.4), so the swap is of the padded tensors: the labels' -100 become
-    the pad id of the new source, the source's padding the new labels' -100."""
+def sentence_pairs(batch: dict[str, torch.Tensor], pad_token_id: int) -> list[dict[str, list[int]]]:
+    """The sentence pairs of a collated batch without their padding, as the collator's features: `input_ids` (the
+    tokens `attention_mask` keeps, or those that are not `pad_token_id`) and `labels` (those that are not -100). An
+    augmentation changes them and hands them to the trainer's collator again, which pads them and, given the model,
+    makes the decoder input from the new labels. Keys it cannot rebuild are refused."""
+    unknown = set(batch) - {"input_ids", "attention_mask", "labels", "decoder_input_ids"}
+    if unknown:
+        raise ValueError(
+            f"An augmentation re-collates `input_ids`, `attention_mask` and `labels` (and the decoder input the "
+            f"collator makes from them), but the batch also holds {sorted(unknown)}, which it cannot rebuild: collate "
+            f"without them (the training command's DataCollatorForSeq2Seq)."
+        )
+    input_ids, labels = batch["input_ids"].cpu(), batch["labels"].cpu()
+    mask = batch["attention_mask"].cpu().bool() if "attention_mask" in batch else input_ids != pad_token_id
+    return [
+        {"input_ids": source[keep].tolist(), "labels": target[target != -100].tolist()}
+        for source, keep, target in zip(input_ids, mask, labels)
+    ]
+
+
+def maybe_reverse(batch: dict[str, torch.Tensor], seed: int, pad_token_id: int) -> list[dict[str, list[int]]] | None:
+    """With probability 1/2 (drawn from `seed`), the collated micro-batch's pairs (`sentence_pairs`) as target ->
+    source pairs, for the collator; None otherwise. Both sides end in `</s>` and share one vocabulary (sections 5.1,
+    3.4), so the swap is of the token ids."""
     if np.random.default_rng(seed).random() >= 0.5:
-        return batch
-    labels, input_ids = batch["labels"], batch["input_ids"]
-    source_mask = batch.get("attention_mask")
-    if source_mask is None:
-        source_mask = input_ids != pad_token_id
-    target_mask = labels != -100
-    # The decoder's inputs (a collator given `model=` makes them) belonged to the old labels: the model shifts the
-    # new labels itself.
-    replaced = ("input_ids", "labels", "attention_mask", "decoder_input_ids", "decoder_attention_mask")
-    reversed_batch = {k: v for k, v in batch.items() if k not in replaced}
-    reversed_batch["input_ids"] = labels.masked_fill(~target_mask, pad_token_id)
-    reversed_batch["attention_mask"] = target_mask.to(source_mask.dtype)
-    reversed_batch["labels"] = input_ids.masked_fill(~source_mask.bool(), -100)
-    return reversed_batch
+        return None
+    return [{"input_ids": pair["labels"], "labels": pair["input_ids"]} for pair in sentence_pairs(batch, pad_token_id)]
 
 
 def merge_tree(tokenizer) -> tuple[torch.Tensor, torch.Tensor]:
@@ -134,32 +142,19 @@ def split_subwords(
 
 
 def split_batch(
-    batch: dict[str, torch.Tensor],
+    pairs: list[dict[str, list[int]]],
     left: torch.Tensor,
     right: torch.Tensor,
     p: float,
     *,
-    pad_token_id: int,
     generator: torch.Generator | None = None,
     max_length: int | None = None,
-    pad_to_multiple_of: int | None = None,
-) -> dict[str, torch.Tensor]:
-    """A collated training batch with every sentence, source and target (as BPE-dropout does), split by
-    `split_subwords` and padded again: `input_ids` and `attention_mask` with `pad_token_id` / 0, `labels` with -100,
-    to the longest row (a multiple of `pad_to_multiple_of` if given), on the batch's device. A sentence whose split
-    would be longer than (1 + p) times its side's longest sentence in the batch, or than `max_length`, stays whole, so
-    the padded width grows by at most a fraction p. `decoder_input_ids`, which a collator given the model builds
-    from the labels, is dropped: the model builds it again from the new labels."""
-    unknown = set(batch) - {"input_ids", "attention_mask", "labels", "decoder_input_ids"}
-    if unknown:
-        raise ValueError(
-            f"Subword splitting re-pads `input_ids`, `attention_mask` and `labels`, but the batch also holds "
-            f"{sorted(unknown)}, which it cannot rebuild: collate without them (the training command's DataCollatorForSeq2Seq)."
-        )
-    input_ids, labels = batch["input_ids"].cpu(), batch["labels"].cpu()
-    mask = batch["attention_mask"].cpu().bool() if "attention_mask" in batch else input_ids != pad_token_id
-    sources = [row[keep].tolist() for row, keep in zip(input_ids, mask)]
-    targets = [row[row != -100].tolist() for row in labels]
+) -> list[dict[str, list[int]]]:
+    """A micro-batch's `pairs` (`sentence_pairs`) with every sentence, source and target (as BPE-dropout does), split
+    by `split_subwords`, for the collator to pad again. A sentence whose split would be longer than (1 + p) times its
+    side's longest sentence in the batch, or than `max_length`, stays whole, so the padded width grows by at most a
+    fraction p."""
+    sources, targets = [pair["input_ids"] for pair in pairs], [pair["labels"] for pair in pairs]
     # A batch's sentences have nearly the same length (batching.TokenBatchSampler groups them, section 5.1): split
     # freely, the longest split of them would set the padded width of the whole batch. So a sentence whose split is
     # longer than (1 + p) x the batch's width on its side stays whole, and the padded width grows by at most a
@@ -169,21 +164,9 @@ def split_batch(
         width = math.ceil(max(map(len, side), default=0) * (1 + p))
         limits += [width if max_length is None else min(width, max_length)] * len(side)
     split = split_subwords(sources + targets, left, right, p, max_length=limits, generator=generator)
-    rows = {"input_ids": (split[: len(sources)], pad_token_id), "labels": (split[len(sources) :], -100)}
-    out = {}
-    for name, (sequences, pad) in rows.items():
-        width = max(map(len, sequences), default=0)
-        if pad_to_multiple_of:
-            width = -(-width // pad_to_multiple_of) * pad_to_multiple_of
-        padded = torch.full((len(sequences), width), pad, dtype=batch[name].dtype)
-        for i, sequence in enumerate(sequences):
-            padded[i, : len(sequence)] = torch.tensor(sequence, dtype=padded.dtype)
-        out[name] = padded
-    lengths = torch.tensor([len(sequence) for sequence in rows["input_ids"][0]])
-    mask_dtype = batch["attention_mask"].dtype if "attention_mask" in batch else torch.long
-    out["attention_mask"] = (torch.arange(out["input_ids"].shape[1]) < lengths.unsqueeze(1)).to(mask_dtype)
-    device = batch["input_ids"].device
-    return {name: tensor.to(device) for name, tensor in out.items()}
+    return [
+        {"input_ids": source, "labels": target} for source, target in zip(split[: len(pairs)], split[len(pairs) :])
+    ]
 
 
-__all__ = ["merge_tree", "split_batch", "split_subwords"]
+__all__ = ["maybe_reverse", "merge_tree", "sentence_pairs", "split_batch", "split_subwords"]

@@ -171,8 +171,8 @@ def validation_nll(model, trainer) -> float:
     model.eval()
     with torch.no_grad():
         for batch in trainer.get_eval_dataloader():
-            inputs = {k: v.to(model.device) for k, v in batch.items() if k != "decoder_input_ids"}
-            loss = model(**inputs, use_cache=False).loss  # labels given: the model shifts them into its input
+            inputs = {k: v.to(model.device) for k, v in batch.items()}
+            loss = model(**inputs, use_cache=False).loss
             tokens = inputs["labels"].ne(-100).sum()
             sums += torch.stack([loss.double().cpu() * tokens.cpu(), tokens.double().cpu()])
     return float(sums[0] / sums[1].clamp(min=1))

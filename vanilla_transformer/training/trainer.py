@@ -10,7 +10,8 @@ One update, in the order the Trainer (transformers 5.24, `Trainer.train`) calls 
    data-parallel processes by the sampler itself.
 2. `get_batch_samples`: the update's micro-batches (`gradient_accumulation_steps` of them), augmented when asked
    (`subword_split`, `bidirectional_steps`: augmentation.py, not in the paper) before the Trainer counts their target
-   tokens (`num_items_in_batch`); the decoder input is shifted from the labels (`with_decoder_input`).
+   tokens (`num_items_in_batch`); an augmented batch is collated again, so the collator (given the model) makes its
+   decoder input from the new labels, as it does for every batch.
 3. The Trainer's `compute_loss`, once per micro-batch, inside its `training_step` (which then runs the backward): the
    model's logits, then `LabelSmoothedLoss` (the Trainer's `compute_loss_func`): the label-smoothed cross-entropy
    (section 5.4, `label_smoothing_factor`) divided by the target tokens of the whole update, so the gradients do not
@@ -57,7 +58,7 @@ from ..data.corpus import MODEL_INPUT_COLUMNS
 from ..evaluation.bleu import make_compute_metrics
 from ..loss_vanilla_transformer import label_smoothed_cross_entropy
 from ..precision import fast_attention_implementation, use_attention
-from .augmentation import maybe_reverse, merge_tree, split_batch, update_seed
+from .augmentation import maybe_reverse, merge_tree, sentence_pairs, split_batch, update_seed
 from .options import VanillaTrainingArguments
 from .schedule import NoamLR, peak_learning_rate
 
@@ -127,8 +128,8 @@ def build_trainer(
     split sorted by source length (read in order, it batches sentences of similar length), and the attention kernel
     that is fast in the run's precision. With `max_train_minutes`, the time limit, the warm-up fitted to the measured
     speed (when the options asked for it), the cool-down planned in the time left, and a progress bar that counts the
-    limit. `data_collator` defaults to `DataCollatorForSeq2Seq` (the trainer shifts the labels into the decoder input
-    itself, on the device). What the arguments cannot be trained with is refused here, before anything runs."""
+    limit. `data_collator` defaults to `DataCollatorForSeq2Seq` given the model, which makes the decoder input from
+    the labels. What the arguments cannot be trained with is refused here, before anything runs."""
     from transformers import DataCollatorForSeq2Seq, ProgressCallback
 
     from .callbacks import CooldownPlanner, TimeLimit, TimeLimitProgressCallback, WarmupFitter
@@ -166,9 +167,9 @@ def build_trainer(
         fit = args.fit_warmup_to_speed
         callbacks += [limit, WarmupFitter(limit, scale_factor=fit["lr_factor"])] if fit else [limit]
         callbacks.append(CooldownPlanner(limit))
-    if data_collator is None:
+    if data_collator is None:  # given the model, it makes the decoder input from the labels (`check_decoder_input`)
         data_collator = DataCollatorForSeq2Seq(
-            tokenizer, label_pad_token_id=-100, pad_to_multiple_of=args.pad_to_multiple_of
+            tokenizer, model=model, label_pad_token_id=-100, pad_to_multiple_of=args.pad_to_multiple_of
         )
     trainer = VanillaTransformerTrainer(
         model=model,
@@ -187,6 +188,17 @@ def build_trainer(
     if limit and trainer.pop_callback(ProgressCallback):  # the progress bar counts the time limit, not max_steps
         trainer.add_callback(TimeLimitProgressCallback(limit))
     return trainer
+
+
+def check_decoder_input(batch: dict) -> None:
+    """The Trainer gives a batch's labels to the loss (`compute_loss_func`), not to the model, whose own shift of the
+    labels into its decoder input (section 3) then does not run: the collator must have made the decoder input."""
+    if "labels" in batch and "decoder_input_ids" not in batch:
+        raise ValueError(
+            "The batch has `labels` but no `decoder_input_ids`: collate with `DataCollatorForSeq2Seq(tokenizer, "
+            "model=model)` (build_trainer's default), which makes them from the labels with the model's "
+            "`prepare_decoder_input_ids_from_labels`."
+        )
 
 
 def use_fast_attention(model, args: VanillaTrainingArguments) -> None:
@@ -347,16 +359,16 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
     def get_batch_samples(self, epoch_iterator, num_batches: int, device: torch.device):
         """The Trainer's micro-batches of one update, augmented before the target tokens that normalise the loss are
         counted: with `subword_split` > 0 their sentences split into smaller subwords, and during the first
-        `bidirectional_steps` updates half of them reversed (augmentation.py; neither is in the paper). Each gets the
-        decoder input shifted from its labels (`with_decoder_input`)."""
+        `bidirectional_steps` updates half of them reversed (augmentation.py; neither is in the paper), then collated
+        again (`_collate`), so that the collator makes the decoder input of the new labels."""
         if self.args.subword_split:
             # Lazy: the Trainer's loop takes its `num_batches` from the iterator, each split as it is taken.
             epoch_iterator = (self._split_subwords(batch, i) for i, batch in enumerate(epoch_iterator))
         if self.state.global_step < self.args.bidirectional_steps:
             epoch_iterator = (self._maybe_reverse(batch, i) for i, batch in enumerate(epoch_iterator))
         batches, num_items_in_batch = super().get_batch_samples(epoch_iterator, num_batches, device)
-        batches = [self.with_decoder_input(batch) for batch in batches]
         for batch in batches:
+            check_decoder_input(batch)
             if self.args.torch_compile:
                 # Token batches vary in sentences and in length: compile for any size at once (else torch.compile
                 # compiles for the first shape, then again for each dimension seen to change).
@@ -366,36 +378,32 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
                         torch._dynamo.maybe_mark_dynamic(tensor, 1)
         return batches, num_items_in_batch
 
-    def with_decoder_input(self, batch: dict) -> dict:
-        """`batch` with the decoder input made from its labels (shifted right, section 3) when the collator made
-        none (the training command's collator has no `model=`: the shift runs on the device) or an augmentation
-        replaced the labels: the trainer's one place for it, training and evaluation alike. The Trainer gives the
-        labels to the loss, not to the model, so the model's own shift does not run."""
-        if "labels" not in batch or "decoder_input_ids" in batch:
-            return batch
-        model = self.accelerator.unwrap_model(self.model)
-        return {**batch, "decoder_input_ids": model.prepare_decoder_input_ids_from_labels(batch["labels"])}
+    def _collate(self, pairs: list[dict], like: dict) -> dict:
+        """Augmented `pairs` through the trainer's collator again, on the device of the batch they came from: padded
+        as the data loader pads, with the decoder input made from the new labels (a collator given the model)."""
+        device = like["input_ids"].device
+        return {name: tensor.to(device) for name, tensor in self.data_collator(pairs).items()}
 
     def _update_seed(self, micro_batch: int, *stream: int) -> int:
         """`augmentation.update_seed` of this update, micro-batch and process (`stream` 2: the reversal)."""
         return update_seed(self.args.seed, self.state.global_step, micro_batch, self.args.process_index, *stream)
 
     def _maybe_reverse(self, batch: dict, micro_batch: int) -> dict:
-        return maybe_reverse(batch, self._update_seed(micro_batch, 2), self.processing_class.pad_token_id)
+        pairs = maybe_reverse(batch, self._update_seed(micro_batch, 2), self.processing_class.pad_token_id)
+        return batch if pairs is None else self._collate(pairs, batch)
 
     def _split_subwords(self, batch: dict, micro_batch: int) -> dict:
         if self._merge_tree is None:
             self._merge_tree = merge_tree(self.processing_class)
         config = getattr(self.accelerator.unwrap_model(self.model), "config", None)
-        return split_batch(
-            batch,
+        split = split_batch(
+            sentence_pairs(batch, self.processing_class.pad_token_id),
             *self._merge_tree,
             self.args.subword_split,
-            pad_token_id=self.processing_class.pad_token_id,
             generator=torch.Generator().manual_seed(self._update_seed(micro_batch)),
             max_length=getattr(config, "max_position_embeddings", None),
-            pad_to_multiple_of=self.args.pad_to_multiple_of,
         )
+        return self._collate(split, batch)
 
     # ---- Gradient norm and schedule (section 5.3) ----
 
@@ -507,7 +515,8 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
                 return None, self._translate(model, inputs, None, gen_kwargs), None
             return super().prediction_step(model, inputs, prediction_loss_only, ignore_keys=ignore_keys)
         labels = inputs["labels"]
-        forward = {k: v for k, v in self.with_decoder_input(inputs).items() if k != "labels"}
+        check_decoder_input(inputs)
+        forward = {k: v for k, v in inputs.items() if k != "labels"}
         loss_of = self.compute_loss_func
         if not isinstance(loss_of, LabelSmoothedLoss):  # a caller's own training loss: the split's is the paper's
             loss_of = LabelSmoothedLoss(self.args.label_smoothing_factor)
