@@ -383,8 +383,8 @@ class VanillaTrainingArguments(Seq2SeqTrainingArguments):
     label_smoothing_factor: float = field(
         default=0.1,
         metadata={
-            "help": "Label smoothing epsilon (section 5.4: 0.1; 0 = plain cross-entropy), computed by the model's "
-            "loss."
+            "help": "Label smoothing, the paper's epsilon_ls (section 5.4: 0.1; 0 = plain cross-entropy), of the "
+            "trainer's loss."
         },
     )
     predict_with_generate: bool = field(default=True, metadata={"help": "Evaluate BLEU on beam-search translations."})
