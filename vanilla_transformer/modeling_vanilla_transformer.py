@@ -47,7 +47,7 @@ from .configuration_vanilla_transformer import VanillaTransformerConfig
 from .generation_vanilla_transformer import gnmt_length_penalty, length_penalty_form
 
 # The section 5.4 loss lives beside this file and ships with it (a relative import, copied by `save_pretrained`).
-from .loss_vanilla_transformer import label_smoothed_cross_entropy
+from .loss_vanilla_transformer import label_smoothed_cross_entropy, per_target_token
 
 # Unused here: the import makes `save_pretrained` copy the translation pipeline next to this file (it copies the
 # relative imports of the model code), for `pipeline("translation", model=<checkpoint>, trust_remote_code=True)`.
@@ -958,8 +958,7 @@ class VanillaTransformerForConditionalGeneration(VanillaTransformerPreTrainedMod
                     f"labels right itself)."
                 )
             loss_sum, _, tokens = label_smoothed_cross_entropy(logits, labels)
-            denominator = tokens.clamp(min=1) if num_items_in_batch is None else num_items_in_batch
-            loss = loss_sum / (denominator.to(loss_sum.device) if torch.is_tensor(denominator) else denominator)
+            loss = per_target_token(loss_sum, tokens, num_items_in_batch)
 
         return with_cache(
             Seq2SeqLMOutput,

@@ -56,7 +56,7 @@ from ..checkpoints import has_resume_state, is_complete_checkpoint, last_checkpo
 from ..data.batching import TokenBatchSampler, longest_first
 from ..data.corpus import MODEL_INPUT_COLUMNS
 from ..evaluation.bleu import make_compute_metrics
-from ..loss_vanilla_transformer import label_smoothed_cross_entropy
+from ..loss_vanilla_transformer import label_smoothed_cross_entropy, per_target_token
 from ..precision import fast_attention_implementation, use_attention
 from .augmentation import maybe_reverse, merge_tree, sentence_pairs, split_batch, update_seed
 from .options import VanillaTrainingArguments
@@ -106,10 +106,7 @@ class LabelSmoothedLoss:
         if self.sums is None:
             self.sums = torch.zeros(3, device=loss_sum.device)
         self.sums += torch.stack([loss_sum.detach(), nll_sum, tokens.to(loss_sum.dtype)]).to(self.sums)
-        denominator = tokens.clamp(min=1) if num_items_in_batch is None else num_items_in_batch
-        if isinstance(denominator, torch.Tensor):
-            denominator = denominator.to(loss_sum.device)
-        return loss_sum / denominator
+        return per_target_token(loss_sum, tokens, num_items_in_batch)
 
 
 def build_trainer(

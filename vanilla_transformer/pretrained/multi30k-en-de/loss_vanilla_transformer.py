@@ -97,4 +97,16 @@ def label_smoothed_cross_entropy(
     return tuple(t.sum() for t in sums)
 
 
-__all__ = ["label_smoothed_cross_entropy"]
+def per_target_token(
+    loss_sum: torch.Tensor, tokens: torch.Tensor, num_items_in_batch: int | torch.Tensor | None = None
+) -> torch.Tensor:
+    """A summed loss divided by its target tokens, or by `num_items_in_batch` when the Trainer passes it (the target
+    tokens of the whole update), so that gradient accumulation and data parallelism give the same loss and gradients:
+    the model's loss and the trainer's alike."""
+    denominator = tokens.clamp(min=1) if num_items_in_batch is None else num_items_in_batch
+    if isinstance(denominator, torch.Tensor):
+        denominator = denominator.to(loss_sum.device)
+    return loss_sum / denominator
+
+
+__all__ = ["label_smoothed_cross_entropy", "per_target_token"]
