@@ -3,9 +3,11 @@
 import gzip
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 from itertools import islice
 from pathlib import Path
 
@@ -69,6 +71,31 @@ def subprocess_env(**extra: str) -> dict[str, str]:
     reductions sum in another order and results differ in the last bits (1e-6 seen), whatever `OMP_NUM_THREADS` the
     machine's environment has. Offline, as every test here."""
     return {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", **extra}
+
+
+def run_to_end(argv: list[str], timeout: float, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """`argv` (a launcher of several processes) run to its end in a session of its own, with `subprocess_env()`: after
+    `timeout` seconds the launcher and the processes it started are killed together (a killed launcher alone would
+    leave them holding their ports) and the test fails; so does an exit status other than 0."""
+    started = time.perf_counter()
+    process = subprocess.Popen(
+        argv,
+        cwd=cwd,
+        env=subprocess_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        stdout, stderr = process.communicate()
+        pytest.fail(f"still running after {timeout} s: {' '.join(argv[2:])}\n{stderr[-4000:]}")
+    print(f"{time.perf_counter() - started:.1f} s: {' '.join(argv[2:])}")
+    assert process.returncode == 0, stderr[-4000:]
+    return subprocess.CompletedProcess(argv, process.returncode, stdout, stderr)
 
 
 # ---- commands that refuse before loading (issue 51): tests/test_fail_fast.py, tests/test_train_fail_fast.py

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import read_multi30k, subprocess_env, tiny_options, write_multi30k_subset
+from helpers import read_multi30k, run_to_end, subprocess_env, tiny_options, write_multi30k_subset
 from safetensors.torch import load_file
 
 from vanilla_transformer import shipped_model_path
@@ -158,28 +158,8 @@ def options(data_dir: Path, out: Path, *extra: str) -> list[str]:
     ]
 
 
-def run(argv: list[str], timeout: int = TIMEOUT) -> subprocess.CompletedProcess:
-    """`argv` run to its end, in a session of its own: after `timeout` the launcher and the processes it started are
-    killed together (a killed launcher alone would leave them holding their ports), and the test fails."""
-    started = time.perf_counter()
-    process = subprocess.Popen(
-        argv,
-        cwd=ROOT,
-        env=subprocess_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        stdout, stderr = process.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        stdout, stderr = process.communicate()
-        pytest.fail(f"still running after {timeout} s: {' '.join(argv[2:])}\n{stderr[-4000:]}")
-    print(f"{time.perf_counter() - started:.1f} s: {' '.join(argv[2:])}")
-    assert process.returncode == 0, stderr[-4000:]
-    return subprocess.CompletedProcess(argv, process.returncode, stdout, stderr)
+def run(argv: list[str]) -> subprocess.CompletedProcess:
+    return run_to_end(argv, TIMEOUT, cwd=ROOT)
 
 
 def two_machines(log_dir: Path, *train_args: str, ranks=(0, 1), launch=()) -> list[subprocess.Popen]:

@@ -6,7 +6,6 @@ import json
 import math
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -16,7 +15,7 @@ import datasets
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import TINY_SIZES, read_multi30k, subprocess_env
+from helpers import TINY_SIZES, read_multi30k, run_to_end, subprocess_env
 from transformers import DataCollatorForSeq2Seq, ProgressCallback, TrainerCallback
 
 from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
@@ -769,7 +768,7 @@ def test_two_processes_stop_at_the_same_step_and_evaluate_each_sentence_once(tmp
     script = tmp_path / "run.py"
     script.write_text(TWO_PROCESS_SCRIPT.format(tests=str(Path(__file__).resolve().parent)))
     # In a session of its own, so that a hang (the bug this guards against) ends with all its processes killed.
-    launch = subprocess.Popen(
+    run_to_end(
         [
             sys.executable,
             "-m",
@@ -781,19 +780,8 @@ def test_two_processes_stop_at_the_same_step_and_evaluate_each_sentence_once(tmp
             str(script),
             str(tmp_path),
         ],
-        env=subprocess_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
+        240,
     )
-    try:
-        _, stderr = launch.communicate(timeout=240)
-    except subprocess.TimeoutExpired:
-        os.killpg(launch.pid, signal.SIGKILL)
-        launch.communicate()
-        pytest.fail("the two processes did not finish in 240 s: they hang")
-    assert launch.returncode == 0, stderr[-3000:]
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
     for r in ranks:
         assert r["batches"] == r["own"] and len(r["own"]) > 1
