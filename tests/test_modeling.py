@@ -719,6 +719,25 @@ def test_empty_state_dict_materialises_and_initialises_every_parameter():
         assert torch.all(norm.weight == 1) and torch.all(norm.bias == 0)
 
 
+def test_a_fresh_model_has_fairseqs_initialisation():
+    """Xavier-uniform linear layers, except W_Q, W_K, W_V drawn as one fused [3 d, d] matrix (gain 1/sqrt(2), as
+    torch's nn.MultiheadAttention and fairseq): plain Xavier per matrix saturates the initial softmax and learned
+    slower per update (docs/performance.md, "The race"). Uniform(-b, b) has std b / sqrt(3)."""
+    torch.manual_seed(0)
+    config = VanillaTransformerConfig(**{**TINY, "d_model": 128, "encoder_ffn_dim": 512, "decoder_ffn_dim": 512})
+    model = VanillaTransformerForConditionalGeneration(config)
+    d, ffn = config.d_model, config.encoder_ffn_dim
+    xavier = (6 / (d + d)) ** 0.5 / 3**0.5
+    for attention in (model.model.encoder.layers[0].self_attn, model.model.decoder.layers[0].encoder_attn):
+        for projection in (attention.q_proj, attention.k_proj, attention.v_proj):
+            assert abs(projection.weight.std().item() / (xavier * 2**-0.5) - 1) < 0.03
+            assert projection.weight.abs().max().item() <= (6 / (4 * d)) ** 0.5  # the fused matrix's Xavier bound
+        assert abs(attention.out_proj.weight.std().item() / xavier - 1) < 0.03
+    fc1 = model.model.encoder.layers[0].ffn.fc1
+    assert abs(fc1.weight.std().item() / ((6 / (d + ffn)) ** 0.5 / 3**0.5) - 1) < 0.03
+    assert torch.all(fc1.bias == 0)
+
+
 @pytest.mark.parametrize(
     "cls, key",
     [(VanillaTransformerModel, "shared.weight"), (VanillaTransformerForConditionalGeneration, "model.shared.weight")],
