@@ -589,21 +589,26 @@ def test_the_space_installs_the_package_from_its_repository(capsys, tmp_path, mo
     assert (tmp_path / "own" / "requirements.txt").read_text().splitlines()[0] == own
 
 
-def test_cli_checks_options_before_loading(capsys, tmp_path, monkeypatch):
-    # "a/b" and "c/d" stand for Hub ids: online, they pass the checks and are never looked up here (offline, an id
-    # that is not in the Hub cache is refused first).
+def test_cli_checks_options_before_loading(capsys, tmp_path, monkeypatch, hub):
+    # Two repos of the loopback Hub: online, the checks find them and go on (a name that no folder and no repo holds
+    # is refused first: tests/test_hub_lookup.py).
+    from huggingface_hub import HfApi
+
+    a, c = f"{hub.user}/demo-a", f"{hub.user}/demo-c"
+    for repo in (a, c):
+        HfApi().create_repo(repo, exist_ok=True)
     monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", False)
     assert main(["demo", "--model", str(tmp_path / "missing"), "--port", "70000"]) == 2
     assert "--port must be between 0 and 65535" in capsys.readouterr().err
     assert main(["demo", "--model", str(tmp_path / "missing")]) == 2
     assert "no such directory" in capsys.readouterr().err
-    assert main(["demo", "--model", "a/b", "--compare", str(tmp_path / "missing")]) == 2
+    assert main(["demo", "--model", a, "--compare", str(tmp_path / "missing")]) == 2
     assert "--compare" in capsys.readouterr().err
-    assert main(["demo", "--model", "a/b", "--compare", "c/d", "--write_space", str(tmp_path / "space")]) == 2
+    assert main(["demo", "--model", a, "--compare", c, "--write_space", str(tmp_path / "space")]) == 2
     assert "--compare is for the page served here" in capsys.readouterr().err
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "x").write_text("")
-    assert main(["demo", "--model", "a/b", "--write_space", str(tmp_path / "full")]) == 2
+    assert main(["demo", "--model", a, "--write_space", str(tmp_path / "full")]) == 2
     assert "not an empty directory" in capsys.readouterr().err
     monkeypatch.setitem(sys.modules, "gradio", None)  # as if gradio were not installed
     model_dir = tmp_path / "m"

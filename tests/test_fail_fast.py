@@ -49,7 +49,7 @@ def rows(tmp: Path) -> list[tuple[list[str], str, str]]:
     return [
         (["translate", "--model", DEFAULT_MODEL, "--output", f"{tmp}/nodir/out.de"], "--output", "does not exist"),
         (["translate", "--model", "multi30k-en-dee"], "--model 'multi30k-en-dee'", f"did you mean {DEFAULT_MODEL}?"),
-        (["translate", "--model", "someone/not-cached"], "--model 'someone/not-cached'", "the Hub is offline"),
+        (["translate", "--model", "someone/not-cached"], "--model 'someone/not-cached'", "no such folder here"),
         (["translate", "--model", "bad repo id"], "--model 'bad repo id'", "not a valid Hub repo id"),
         (["translate", "--model", DEFAULT_MODEL, "--input", f"{tmp}/a.txt", "--output", f"{tmp}/a.txt"], "--output",
          "is the input file"),

@@ -109,6 +109,7 @@ FLOORS = {
         "vanilla_transformer.evaluation.attention",
         "vanilla_transformer.evaluation.metrics_sacrebleu",
         "vanilla_transformer.checkpoints",
+        "vanilla_transformer.hub_lookup",
         "vanilla_transformer.precision",
     ],
     "tools": [

@@ -185,7 +185,11 @@ def test_the_output_dir_advice_does_not_loop(tmp_path, nothing_loads, capsys):
     accepted([*data, str(resumable), "--overwrite_output_dir"], capsys)
 
 
-def test_a_hub_dataset_id_is_left_to_the_loader(tmp_path, nothing_loads, capsys):
+def test_a_hub_dataset_id_is_left_to_the_loader(tmp_path, nothing_loads, capsys, monkeypatch):
+    """Offline, a Hub dataset in the cache passes: its splits and columns are the loader's to check
+    (tests/test_hub_lookup.py: the names no folder and no repo holds)."""
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path / "hub"))
+    (tmp_path / "hub" / "datasets--wmt--wmt14").mkdir(parents=True)
     accepted(["train", "--dataset", "wmt/wmt14", "--output_dir", str(tmp_path / "out")], capsys)
 
 

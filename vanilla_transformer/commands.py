@@ -70,6 +70,8 @@ def main(argv: list[str] | None = None) -> int:
         getattr(args, "command_parser", parser).error(unrecognized(getattr(args, "command_parser", parser), extras))
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.WARNING, format=f"{PROG}: %(levelname)s: %(message)s")
+    # huggingface_hub prints its warnings through a handler of its own: passed on to this one too, each came twice.
+    logging.getLogger("huggingface_hub").propagate = False
     from . import register
 
     try:

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from ..checkpoints import CHECKPOINT_RE, last_checkpoint
 from ..data.files import TABLE_SUFFIXES, check_pair_args, check_table, find_table, line_file_languages, split_stems
+from ..hub_lookup import check_hub_name
 
 
 PROG = "vanilla-transformer train"
@@ -390,7 +391,8 @@ def default_output_dir(values: dict) -> str:
 
 def check_data(values: dict, named: set[str]) -> dict:
     """The checks of --dataset on the file system, as `data.load_parallel_corpus` reads it; returns the languages a
-    table gives (`table_languages`). A Hub dataset id is checked when it is loaded."""
+    table gives (`table_languages`). Of a Hub dataset id, only that the Hub (or, offline, its cache) holds it: its
+    splits and columns are checked when it is loaded."""
     dataset = values["dataset"]
     path = Path(dataset).expanduser()
     splits = {"train": values["train_split"], "validation": values["validation_split"]}
@@ -405,7 +407,8 @@ def check_data(values: dict, named: set[str]) -> dict:
         hub_id = not (
             dataset.startswith(("/", ".", "~")) or dataset.count("/") > 1 or dataset.endswith(TABLE_SUFFIXES)
         )
-        if hub_id:
+        if hub_id:  # asked of the Hub once here (or of its cache, offline): `datasets` retries each request
+            check_hub_name(dataset, "--dataset", "dataset")
             return {}
         raise ValueError(
             f"--dataset {dataset!r} does not exist: pass an existing directory of `{{split}}.{{lang}}[.gz]` files or "

@@ -19,6 +19,7 @@ import os
 import re
 from pathlib import Path
 
+from ..hub_lookup import check_hub_name
 from .shipped import closest_shipped, resolve_model, shipped_models
 
 
@@ -85,8 +86,9 @@ def check_model_location(model: str, option: str = "--model") -> None:
 def check_hub_id(model: str, option: str = "--model") -> None:
     """ValueError naming `option` for a `model` that is neither a local path nor a Hub repo id this machine can
     load: a name close to a shipped model's (a typo: did you mean), an id that huggingface_hub's own validation
-    refuses, or, with HF_HUB_OFFLINE=1, a repo with no copy in the Hub cache. Each is one line, before transformers
-    is imported (it would answer with lines about connecting to the Hub)."""
+    refuses, or a repo that the Hub (asked once) does not hold, or, with HF_HUB_OFFLINE=1, the Hub cache
+    (`hub_lookup.check_hub_name`). Each is one line, before transformers is imported (it would answer with lines
+    about connecting to the Hub, each request retried)."""
     shipped = closest_shipped(model) if "/" not in model else None
     if shipped is not None:
         raise ValueError(
@@ -103,13 +105,8 @@ def check_hub_id(model: str, option: str = "--model") -> None:
             f"{option} {model!r}: no such model: not a directory, not a shipped model "
             f"({', '.join(shipped_models()) or 'none'}) and not a valid Hub repo id ({message})"
         ) from None
-    from huggingface_hub import constants, try_to_load_from_cache
-
-    if constants.HF_HUB_OFFLINE and not isinstance(try_to_load_from_cache(model, CONFIG_FILE), str):
-        raise ValueError(
-            f"{option} {model!r} is not in the Hub cache and the Hub is offline (HF_HUB_OFFLINE=1): unset "
-            f"HF_HUB_OFFLINE to download it, or pass a local directory."
-        )
+    # One request (or, offline, the cache) instead of transformers' retried requests for each file of the model.
+    check_hub_name(model, option, "model")
 
 
 def _cannot_load(model: str, error: Exception, option: str = "--model") -> ValueError:
