@@ -187,6 +187,19 @@ def test_architecture_variants_equal_generate(flags, tokenizer, sentences, tmp_p
         )
 
 
+@pytest.mark.parametrize("widths", [{"qk_head_dim": 8}, {"v_head_dim": 4}, {"qk_head_dim": 8, "v_head_dim": 8}])
+def test_head_widths_apart_from_d_model_over_h_are_refused_by_name(widths, tokenizer, tmp_path):
+    """CTranslate2's Transformer splits d_model into h heads for queries, keys and values alike: a model with another
+    d_k or d_v (Table 3 row B) is refused naming the field; one that sets them to d_model / h exports."""
+    model = VanillaTransformerForConditionalGeneration(two_layer_config(tokenizer, **widths)).eval()
+    name = next(iter(widths))
+    with pytest.raises(ValueError, match=rf"config.{name}={widths[name]}: CTranslate2.*--engine transformers"):
+        export_ctranslate2(model, tmp_path / "ct2", tokenizer=tokenizer)
+    assert not (tmp_path / "ct2").exists()
+    same = VanillaTransformerForConditionalGeneration(two_layer_config(tokenizer, qk_head_dim=16, v_head_dim=16))
+    assert export_ctranslate2(same.eval(), tmp_path / "same", tokenizer=tokenizer).is_dir()
+
+
 def test_int8_export_loads_and_translates(trained_model, tokenizer, sentences, tmp_path):
     float32 = exported(trained_model, tokenizer, tmp_path / "float32")
     int8 = exported(trained_model, tokenizer, tmp_path / "int8", quantization="int8")

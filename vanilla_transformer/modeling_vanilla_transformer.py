@@ -150,17 +150,19 @@ def eager_attention_forward(
 
 
 class VanillaTransformerAttention(nn.Module):
-    """Multi-head attention (section 3.2.2): h heads of d_k = d_v = d_model / h, the projections W_Q, W_K, W_V of
-    all heads as one d_model x d_model matrix each, heads concatenated and projected by W_O. Biases only with
-    `config.attention_bias` (tensor2tensor, the authors' code, has none). The attention itself goes through
-    transformers' attention interface (`config._attn_implementation`: "sdpa" by default; "eager" returns the
-    weights; flash and flex attention take the masks `masking_utils` builds for them)."""
+    """Multi-head attention (section 3.2.2): h heads, each with queries and keys of width d_k and values of width d_v
+    (`config.head_dims`: d_model / h unless set, as in the paper's models; Table 3 (B) varies d_k), the projections
+    W_Q, W_K of all heads as one d_model x h d_k matrix each and W_V as one d_model x h d_v, heads concatenated and
+    projected back to d_model by W_O (h d_v x d_model). Biases only with `config.attention_bias` (tensor2tensor, the
+    authors' code, has none). The attention itself goes through transformers' attention interface
+    (`config._attn_implementation`: "sdpa" by default; "eager" returns the weights; flash and flex attention take the
+    masks `masking_utils` builds for them)."""
 
     def __init__(self, config: VanillaTransformerConfig, num_heads: int, is_causal: bool, layer_idx: int | None):
         super().__init__()
         self.config = config
         self.num_heads = num_heads
-        self.head_dim = config.d_model // num_heads
+        self.head_dim, self.value_head_dim = config.head_dims(num_heads)  # d_k, d_v
         self.scaling = self.head_dim**-0.5  # 1 / sqrt(d_k)
         self.dropout = config.attention_dropout
         # Read by the sdpa / flash integrations when they get no mask (sdpa assumes causal if the attribute is
@@ -168,10 +170,10 @@ class VanillaTransformerAttention(nn.Module):
         self.is_causal = is_causal
         self.layer_idx = layer_idx
         bias = config.attention_bias
-        self.q_proj = nn.Linear(config.d_model, config.d_model, bias=bias)
-        self.k_proj = nn.Linear(config.d_model, config.d_model, bias=bias)
-        self.v_proj = nn.Linear(config.d_model, config.d_model, bias=bias)
-        self.out_proj = nn.Linear(config.d_model, config.d_model, bias=bias)
+        self.q_proj = nn.Linear(config.d_model, num_heads * self.head_dim, bias=bias)
+        self.k_proj = nn.Linear(config.d_model, num_heads * self.head_dim, bias=bias)
+        self.v_proj = nn.Linear(config.d_model, num_heads * self.value_head_dim, bias=bias)
+        self.out_proj = nn.Linear(num_heads * self.value_head_dim, config.d_model, bias=bias)
         # W_Q, W_K, W_V are initialised as one stacked [3 d_model, d_model] Xavier-uniform matrix (gain 1/sqrt(2) per
         # matrix), as torch's nn.MultiheadAttention and fairseq draw them: half Xavier's variance per matrix, so the
         # initial attention logits have a quarter of the variance and the softmax starts near uniform rather than
@@ -205,9 +207,8 @@ class VanillaTransformerAttention(nn.Module):
             value = layer_cache.layers[self.layer_idx].values
         else:
             source = key_value_states if is_cross_attention else hidden_states
-            kv_shape = (batch, source.shape[1], -1, self.head_dim)
-            key = self.k_proj(source).view(kv_shape).transpose(1, 2)
-            value = self.v_proj(source).view(kv_shape).transpose(1, 2)
+            key = self.k_proj(source).view(batch, source.shape[1], -1, self.head_dim).transpose(1, 2)
+            value = self.v_proj(source).view(batch, source.shape[1], -1, self.value_head_dim).transpose(1, 2)
             if layer_cache is not None:
                 key, value = layer_cache.update(key, value, self.layer_idx)
                 if is_cross_attention and isinstance(cache, EncoderDecoderCache):
@@ -226,7 +227,7 @@ class VanillaTransformerAttention(nn.Module):
             scaling=self.scaling,
             **kwargs,
         )
-        output = output.reshape(batch, q_len, -1).contiguous()  # heads concatenated: [batch, q, d_model]
+        output = output.reshape(batch, q_len, -1).contiguous()  # heads concatenated: [batch, q, h d_v]
         return self.out_proj(output), weights
 
 

@@ -84,6 +84,15 @@ def build_spec(model, table_length: int):
             f"config.activation_function={config.activation_function!r} has no CTranslate2 equivalent: export a "
             f"model with one of {sorted(ACTIVATIONS)} (the paper's is 'relu')."
         )
+    for name in ("qk_head_dim", "v_head_dim"):
+        value = getattr(config, name, None)
+        heads = {config.encoder_attention_heads, config.decoder_attention_heads}
+        if value is not None and any(value * h != config.d_model for h in heads):
+            raise ValueError(
+                f"config.{name}={value}: CTranslate2's Transformer has heads of d_model / h (here "
+                f"{', '.join(str(config.d_model // h) for h in sorted(heads))}) for queries, keys and values alike; "
+                "translate this model with --engine transformers."
+            )
     activation = getattr(common_spec.Activation, ACTIVATIONS[config.activation_function])
     # Post-norm (section 3.1) is pre_norm=False: CTranslate2 then normalises after each residual addition and the
     # stacks have no final norm; pre-norm has one after each stack, as the model's `normalize_before` variant.

@@ -52,6 +52,35 @@ PRESETS = {
     ),
 }
 
+# Table 3's rows, each the paper's change to `base` in config fields (`from_table3`): (A) the number of heads h with
+# d_k = d_v = d_model / h; (B) the key width d_k alone (d_v stays 64); (C) N, d_model (d_k = d_v = d_model / h) and
+# d_ff; (D) P_drop and, in the training loss rather than the model, epsilon_ls (`TABLE3_LABEL_SMOOTHING`); (E)
+# learned positions; `big` the big model. The parameter counts with `vocab_size=37000` are in docs/model.md.
+TABLE3_ROWS = {
+    "base": {},
+    "A1": dict(encoder_attention_heads=1, decoder_attention_heads=1),
+    "A2": dict(encoder_attention_heads=4, decoder_attention_heads=4),
+    "A3": dict(encoder_attention_heads=16, decoder_attention_heads=16),
+    "A4": dict(encoder_attention_heads=32, decoder_attention_heads=32),
+    "B1": dict(qk_head_dim=16),
+    "B2": dict(qk_head_dim=32),
+    "C1": dict(encoder_layers=2, decoder_layers=2),
+    "C2": dict(encoder_layers=4, decoder_layers=4),
+    "C3": dict(encoder_layers=8, decoder_layers=8),
+    "C4": dict(d_model=256),
+    "C5": dict(d_model=1024),
+    "C6": dict(encoder_ffn_dim=1024, decoder_ffn_dim=1024),
+    "C7": dict(encoder_ffn_dim=4096, decoder_ffn_dim=4096),
+    "D1": dict(dropout=0.0),
+    "D2": dict(dropout=0.2),
+    "D3": {},
+    "D4": {},
+    "E": dict(position_embedding_type="learned"),
+    "big": PRESETS["big"],
+}
+# Rows (D)'s label smoothing epsilon_ls (section 5.4; base 0.1) is the trainer's loss's, not the model's.
+TABLE3_LABEL_SMOOTHING = {"D3": 0.0, "D4": 0.2}
+
 
 @strict(accept_kwargs=True)
 class VanillaTransformerConfig(PretrainedConfig):
@@ -62,8 +91,11 @@ class VanillaTransformerConfig(PretrainedConfig):
             matrix for encoder input, decoder input and the pre-softmax projection).
         d_model: model width, the paper's d_model (512 base, 1024 big).
         encoder_layers / decoder_layers: the paper's N (6).
-        encoder_attention_heads / decoder_attention_heads: the paper's h (8 base, 16 big);
-            d_k = d_v = d_model / h (section 3.2.2).
+        encoder_attention_heads / decoder_attention_heads: the paper's h (8 base, 16 big).
+        qk_head_dim: the paper's d_k, the width of each head's queries and keys (section 3.2.2); None (default) is
+            d_model / h, the paper's choice for its models. Table 3 row (B) sets it alone (16, 32).
+        v_head_dim: the paper's d_v, the width of each head's values; None (default) is d_model / h. The names are
+            transformers' own for a key width apart from the value width (DeepSeek-V3's configs).
         encoder_ffn_dim / decoder_ffn_dim: the paper's d_ff (2048 base, 4096 big), section 3.3.
         dropout: the paper's P_drop (0.1 base, 0.3 big): residual dropout on each sub-layer output
             and on the sum of embeddings and positional encodings (section 5.4).
@@ -99,6 +131,8 @@ class VanillaTransformerConfig(PretrainedConfig):
     decoder_layers: int = 6
     encoder_attention_heads: int = 8
     decoder_attention_heads: int = 8
+    qk_head_dim: int | None = None
+    v_head_dim: int | None = None
     encoder_ffn_dim: int = 2048
     decoder_ffn_dim: int = 2048
     activation_function: str = "relu"
@@ -162,6 +196,20 @@ class VanillaTransformerConfig(PretrainedConfig):
             limits.append(tokenizer_limit)
         return min(limits)
 
+    def head_dims(self, num_heads: int) -> tuple[int, int]:
+        """(d_k, d_v) of an attention of `num_heads` heads (section 3.2.2): `qk_head_dim` and `v_head_dim`, each
+        d_model / h where None."""
+        derived = self.d_model // num_heads
+        return self.qk_head_dim or derived, self.v_head_dim or derived
+
+    @classmethod
+    def from_table3(cls, row: str, **overrides) -> "VanillaTransformerConfig":
+        """The model of Table 3's row `row` ("base", "A1".."A4", "B1", "B2", "C1".."C7", "D1".."D4", "E", "big"):
+        the `base` preset with the row's change (`TABLE3_ROWS`), then `overrides` (the paper's `vocab_size=37000`)."""
+        if row not in TABLE3_ROWS:
+            raise ValueError(f"Unknown Table 3 row {row!r}: choose one of {list(TABLE3_ROWS)}.")
+        return cls(**{**PRESETS["base"], **TABLE3_ROWS[row], **overrides})
+
     @classmethod
     def from_preset(cls, name: str, **overrides) -> "VanillaTransformerConfig":
         """`base` / `big` (Table 3) or `small` (CPU), with any field overridden."""
@@ -187,12 +235,17 @@ class VanillaTransformerConfig(PretrainedConfig):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise ValueError(f"`{name}` must be a positive integer, got {value!r}.")
+        for name in ("qk_head_dim", "v_head_dim"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
+                raise ValueError(f"`{name}` must be a positive integer or None (None = d_model / h), got {value!r}.")
+        derived = [name for name in ("qk_head_dim", "v_head_dim") if getattr(self, name) is None]
         for name in ("encoder_attention_heads", "decoder_attention_heads"):
             heads = getattr(self, name)
-            if self.d_model % heads:
+            if derived and self.d_model % heads:
                 raise ValueError(
                     f"`d_model` ({self.d_model}) must be divisible by `{name}` ({heads}) so that "
-                    f"d_k = d_v = d_model / h is an integer (section 3.2.2): change one of them."
+                    f"{' and '.join(derived)} = d_model / h is an integer (section 3.2.2): change one of them."
                 )
         for name in ("dropout", "attention_dropout", "activation_dropout"):
             value = getattr(self, name)
@@ -224,4 +277,4 @@ class VanillaTransformerConfig(PretrainedConfig):
             )
 
 
-__all__ = ["VanillaTransformerConfig", "PRESETS"]
+__all__ = ["VanillaTransformerConfig", "PRESETS", "TABLE3_ROWS", "TABLE3_LABEL_SMOOTHING"]
