@@ -59,7 +59,25 @@ def rows(tmp: Path) -> list[tuple[list[str], str, str]]:
     (tmp / "file.txt").write_text("x\n")
     out = ["--output_dir", str(tmp / "out"), "--test_split", ""]
     data = ["--dataset", str(lines), "--test_split", ""]
+    empty = write_table(tmp / "empty", "en\tde")
+    (empty / "train.tsv").write_text("")
+    header_only = write_table(tmp / "header_only", "en\tde")
+    (header_only / "train.tsv").write_text("en\tde\n")
+    uneven = write_lines(tmp / "uneven")
+    (uneven / "train.de").write_text("a\nb\n")
+    named = write_table(tmp / "named", "english\tczech")
+    pair = ["--src_lang", "en", "--tgt_lang", "cs", *out]
     return [
+        (["train", "--dataset", str(empty), *out], f"Data file '{empty / 'train.tsv'}' is empty",
+         "a header row and one pair per line"),
+        (["train", "--dataset", str(header_only), *out], f"Data file '{header_only / 'train.tsv'}'",
+         "holds a header row and no pair"),
+        (["train", "--dataset", str(uneven), *out], "different line counts", f"'{uneven / 'train.de'}' has 2"),
+        (["train", "--dataset", str(named), "--src_column", "english", "--tgt_column", "czesky", *pair],
+         "--tgt_column 'czesky'", "has no such column; its columns are ['english', 'czech']"),
+        (["train", "--dataset", str(named), *pair], "--src_lang 'en' (the column's default)", "has no such column"),
+        (["train", *data, "--src_column", "english", "--output_dir", str(tmp / "out")], "--src_column 'english'",
+         "is line files (train.en, train.de), found by language code"),
         (["train", "--dataset", str(tsv), *out], "--src_lang and --tgt_lang are required",
          "its columns ['source', 'target'] are not two language codes"),
         (["train", "--dataset", str(tsv), "--src_lang", "en", *out], "--tgt_lang is required", "not two language codes"),
@@ -90,7 +108,7 @@ def rows(tmp: Path) -> list[tuple[list[str], str, str]]:
     ]  # fmt: skip
 
 
-COUNT = 19
+COUNT = 25
 
 
 def _load(*args, **kwargs):
@@ -149,7 +167,8 @@ def test_languages_are_read_from_a_tables_two_language_code_columns(tmp_path, no
 
 def test_a_recipes_languages_count_as_given(tmp_path, nothing_loads, capsys):
     recipe = tmp_path / "recipe.json"
-    recipe.write_text(json.dumps({"src_lang": "en", "tgt_lang": "de", "test_split": ""}))
+    recipe.write_text(json.dumps({"src_lang": "en", "tgt_lang": "de", "test_split": "", "src_column": "source",
+                                  "tgt_column": "target"}))  # fmt: skip
     table = write_table(tmp_path / "tsv", "source\ttarget")
     accepted(["train", "--recipe", str(recipe), "--dataset", str(table), "--output_dir", str(tmp_path / "o")], capsys)
 

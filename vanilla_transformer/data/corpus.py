@@ -35,8 +35,11 @@ from datasets.arrow_writer import ArrowWriter
 from datasets.fingerprint import Hasher
 
 from .files import (
+    check_line_files,
     check_pair_args,
+    check_rows,
     check_table,
+    count_lines,
     find_line_file,
     find_table,
     line_file_languages,
@@ -351,19 +354,6 @@ def _strip_eol(line: str) -> str:
     return line[:-1] if line.endswith("\r") else line  # CRLF files
 
 
-def _count_lines(path: Path) -> tuple[int, int]:
-    """(lines, tabs): lines as `_open_text` splits them (a last line without "\\n" counts) and tab characters,
-    read in binary for speed."""
-    opener = gzip.open if path.name.endswith(".gz") else open
-    lines, tabs, last = 0, 0, b"\n"
-    with opener(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            lines += chunk.count(b"\n")
-            tabs += chunk.count(b"\t")
-            last = chunk[-1:]
-    return lines + (last != b"\n"), tabs
-
-
 def _file_stamp(path: Path) -> tuple[str, int, int]:
     # Part of the cache key of the Arrow file: an edited file is read again.
     stat = path.stat()
@@ -402,17 +392,9 @@ def _write_line_pairs(src_file: Path, tgt_file: Path, path: Path) -> None:
 
 
 def _load_line_files(src_file: Path, tgt_file: Path, split: str, cache_dir) -> datasets.Dataset:
-    # Counted before anything is built so that a bad corpus fails at once, with both numbers.
-    counts = {f: _count_lines(f)[0] for f in (src_file, tgt_file)}
-    for f, n in counts.items():
-        if n == 0:
-            raise ValueError(f"Data file {str(f)!r} is empty: it must hold one sentence per line.")
-    if counts[src_file] != counts[tgt_file]:
-        raise ValueError(
-            f"Source and target files of split {split!r} have different line counts: {str(src_file)!r} has "
-            f"{counts[src_file]} lines, {str(tgt_file)!r} has {counts[tgt_file]}. Line N of one must translate "
-            f"line N of the other: fix the files (a sentence with an embedded newline, a truncated download)."
-        )
+    # Counted before anything is built so that a bad corpus fails at once, with both numbers (`train` checks it
+    # before torch loads, with the same rule).
+    check_line_files(src_file, tgt_file, split)
     # Written once to an Arrow file in the cache, keyed by both files' path, size and modification time, and
     # memory-mapped from there: the corpus is not held in RAM (WMT14 has 4.5M pairs), and `Dataset.map` on it
     # caches its results beside it. Written a record batch at a time, not row by row through
@@ -432,8 +414,10 @@ def _strip_cr_batch(batch: dict[str, list], column: str) -> dict[str, list]:
 
 
 def _load_tsv(path: Path, split: str, column_names, cache_dir) -> datasets.Dataset:
-    if _count_lines(path)[0] <= (0 if column_names else 1):
-        raise ValueError(f"Data file {str(path)!r} is empty: it must hold a header row and one pair per line.")
+    if column_names and count_lines(path) == 0:
+        raise ValueError(f"Data file {str(path)!r} is empty: it must hold one pair per line.")
+    if not column_names:
+        check_rows(path)
     with _open_text(path) as f:
         header = list(column_names) if column_names else _strip_eol(f.readline()).split("\t")
     if len(set(header)) != len(header) or not all(header):
@@ -470,8 +454,7 @@ def _load_table_file(path: Path, split: str, column_names, cache_dir) -> dataset
     """A `.tsv[.gz]` or `.jsonl[.gz]`/`.json` file (its callers checked the suffix) as the split `split`."""
     if path.name.removesuffix(".gz").endswith(".tsv"):
         return _load_tsv(path, split, column_names, cache_dir)
-    if _count_lines(path)[0] == 0:
-        raise ValueError(f"Data file {str(path)!r} is empty: it must hold one JSON object per line.")
+    check_rows(path)
     return datasets.load_dataset("json", data_files={split: str(path)}, cache_dir=cache_dir)[split]
 
 

@@ -62,6 +62,47 @@ def check_pair_args(src_lang, tgt_lang, src_column=None, tgt_column=None) -> Non
         raise ValueError(f"`src_column` and `tgt_column` are both {src_column!r}: name the two columns of the pair.")
 
 
+def count_lines(path: Path) -> int:
+    """The lines of `path` (gzipped or not) as the readers split them: at "\\n", a last line without it counted.
+    Counted in binary blocks, without decoding."""
+    opener = gzip.open if path.name.endswith(".gz") else open
+    lines, last = 0, b"\n"
+    with opener(path, "rb") as f:
+        while block := f.read(READ_BYTES):
+            lines += block.count(b"\n")
+            last = block[-1:]
+    return lines + (last != b"\n")
+
+
+def check_rows(path: Path) -> None:
+    """ValueError naming `path` unless the table holds a pair: a TSV a header row and a line below it, a JSON Lines
+    file a line (`.json`, an array, is the loader's to count)."""
+    name = path.name.removesuffix(".gz")
+    if name.endswith(".json"):
+        return
+    lines = count_lines(path)
+    if name.endswith(".tsv") and lines == 1:
+        raise ValueError(f"Data file {str(path)!r} holds a header row and no pair: add one pair per line below it.")
+    if lines == 0:
+        what = "a header row and one pair per line" if name.endswith(".tsv") else "one JSON object per line"
+        raise ValueError(f"Data file {str(path)!r} is empty: it must hold {what}.")
+
+
+def check_line_files(src_file: Path, tgt_file: Path, split: str) -> None:
+    """ValueError naming the files unless the two line files of split `split` hold as many lines, at least one: line
+    N of one translates line N of the other."""
+    counts = {f: count_lines(f) for f in (src_file, tgt_file)}
+    for f, n in counts.items():
+        if n == 0:
+            raise ValueError(f"Data file {str(f)!r} is empty: it must hold one sentence per line.")
+    if counts[src_file] != counts[tgt_file]:
+        raise ValueError(
+            f"Source and target files of split {split!r} have different line counts: {str(src_file)!r} has "
+            f"{counts[src_file]} lines, {str(tgt_file)!r} has {counts[tgt_file]}. Line N of one must translate "
+            f"line N of the other: fix the files (a sentence with an embedded newline, a truncated download)."
+        )
+
+
 def check_table(path: Path, header: list[str] | None = None) -> None:
     """ValueError naming `path` and the line unless every line of the table is UTF-8 and, with `header` (a TSV's
     columns), has as many tab-separated fields: a corpus is checked whole before `datasets` reads it, whose errors

@@ -23,7 +23,17 @@ import tempfile
 from pathlib import Path
 
 from ..checkpoints import CHECKPOINT_RE, last_checkpoint
-from ..data.files import TABLE_SUFFIXES, check_pair_args, check_table, find_table, line_file_languages, split_stems
+from ..data.files import (
+    TABLE_SUFFIXES,
+    check_line_files,
+    check_pair_args,
+    check_rows,
+    check_table,
+    find_line_file,
+    find_table,
+    line_file_languages,
+    split_stems,
+)
 from ..hub_lookup import check_hub_name
 
 
@@ -343,6 +353,7 @@ def preflight(argv: list[str]) -> list[str]:
     languages = check_data(values, named)
     values.update(languages)
     check_pair_args(values["src_lang"], values["tgt_lang"], values.get("src_column"), values.get("tgt_column"))
+    check_columns(values)
     added = [item for name, code in languages.items() for item in (f"--{name}", code)]
     if not values.get("output_dir"):
         values["output_dir"] = default_output_dir(values)
@@ -421,6 +432,7 @@ def check_data(values: dict, named: set[str]) -> dict:
         table = find_table(path, stem)
         languages = line_file_languages(path, stem)
         if table is not None:
+            check_rows(table)
             if table.name.removesuffix(".gz").endswith(".tsv"):
                 check_table(table, _table_columns(table, checked=False))
             else:
@@ -440,9 +452,56 @@ def check_data(values: dict, named: set[str]) -> dict:
                         f"--{name} {values[name]!r}: there is no {stem}.{values[name]} or {stem}.{values[name]}.gz in "
                         f"{dataset!r}; split {stem!r} has the languages {languages}: pass one of those."
                     )
+            for name in ("src_column", "tgt_column"):
+                if values.get(name):  # the loader would read the line files by language and ignore it
+                    raise ValueError(
+                        f"--{name} {values[name]!r} names a column of a table, but split {stem!r} of {dataset!r} is "
+                        f"line files ({stem}.{values['src_lang']}, {stem}.{values['tgt_lang']}), found by language "
+                        f"code: leave --src_column and --tgt_column out."
+                    )
+            check_line_files(*(find_line_file(path, stem, values[name]) for name in ("src_lang", "tgt_lang")), stem)
     if "train" not in tables:
         return {}
     return table_languages(tables["train"], values, named)
+
+
+def check_columns(values: dict) -> None:
+    """ValueError naming the flag unless each table of --dataset has the columns the run reads, as the corpus reader
+    takes them (`corpus._to_pair`): a `translation` column with the two languages, or the columns --src_column and
+    --tgt_column name (by default the languages' codes). Run once the languages are known."""
+    path = Path(values["dataset"]).expanduser()
+    if not path.is_dir():
+        return
+    stems = [values["train_split"], values["validation_split"], values.get("test_split")]
+    for table in filter(None, (find_table(path, stem) for stem in stems if stem)):
+        columns = _row_keys(table)
+        if columns is None:
+            continue
+        if not (values.get("src_column") or values.get("tgt_column")) and "translation" in columns:
+            continue  # its languages are the loader's to check
+        for flag, name in (("src_column", "src_lang"), ("tgt_column", "tgt_lang")):
+            column = values.get(flag) or values[name]
+            if column not in columns:
+                given = f"--{flag} {column!r}" if values.get(flag) else f"--{name} {column!r} (the column's default)"
+                raise ValueError(
+                    f"{given}: the table {str(table)!r} has no such column; its columns are {columns}: pass "
+                    f"--src_column/--tgt_column naming the source and target columns."
+                )
+
+
+def _row_keys(table: Path) -> list[str] | None:
+    """The column names of a table from its first line (a TSV's header, a JSON Lines object's keys); None where the
+    first line is not one JSON object."""
+    if table.name.removesuffix(".gz").endswith(".tsv"):
+        return _table_columns(table)
+    opener = gzip.open if table.name.endswith(".gz") else open
+    with opener(table, "rt", encoding="utf-8", newline="") as f:
+        first = f.readline()
+    try:
+        row = json.loads(first)
+    except ValueError:
+        return None
+    return list(row) if isinstance(row, dict) else None
 
 
 def table_languages(table: Path, values: dict, named: set[str]) -> dict:
