@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import TINY_SIZES, read_multi30k, subprocess_env, train_steps
+from helpers import TINY_SIZES, read_multi30k, run_command, subprocess_env, train_steps
 
 from vanilla_transformer import VanillaTransformerConfig, VanillaTransformerForConditionalGeneration
 from vanilla_transformer.arguments import read_lines
@@ -562,6 +562,32 @@ def test_hyphens_and_underscores_give_the_same_arguments_in_every_command():
                 assert underscores == hyphens and underscores[action.dest] != action.default, (prefix, option)
                 tried += 1
     assert tried >= 20  # batch_size, num_beams, ..., trust_remote_code in each command that loads a model
+
+
+def test_no_command_takes_a_prefix_of_an_option(capsys):
+    """argparse's abbreviations are off in every command (`allow_abbrev=False`): `--num_beam 4` was taken for
+    `--num_beams` while `--length` was refused as ambiguous. A prefix is refused with the option it begins."""
+    tried = 0
+    for prefix, command in command_parsers():
+        required = REQUIRED[prefix[-1]]
+        options = {option for action in command._actions for option in action.option_strings}
+        for action in command._actions:
+            for option in action.option_strings:
+                short = option[:-1]
+                if not option.startswith("--") or short in options or option in required or len(short) < 4:
+                    continue
+                with pytest.raises(SystemExit) as exit_info:
+                    main([*prefix, *required, short, *value_for(action)])
+                err = capsys.readouterr().err
+                assert exit_info.value.code == 2 and "unrecognized arguments: " + short in err, (prefix, short, err)
+                meant = re.search(r"\(did you mean (--\w+)\?\)", err)
+                assert meant and meant[1].startswith(short), (prefix, short, err)  # `--top_`: --top_k or --top_p
+                tried += 1
+    assert tried >= 40
+    status, err = run_command(["train", "--max_step", "3"], capsys)
+    assert status == 2 and "unrecognized argument '--max_step'; did you mean '--max_steps'?" in err, err
+    status, err = run_command(["translate", "--model", "m", "--length", "1.0"], capsys)
+    assert status == 2 and "--length 1.0 (did you mean --length_penalty?)" in err, err
 
 
 @pytest.mark.parametrize(

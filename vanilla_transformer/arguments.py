@@ -46,7 +46,15 @@ def one_spelling(argv: list[str]) -> list[str]:
 class ArgumentParser(argparse.ArgumentParser):
     """argparse's parser with the one spelling of long options (`one_spelling`), and its errors on one line
     (`vanilla-transformer CMD: error: ...`, exit status 2) instead of the usage block: the message names the option,
-    and `--help` lists them all. The subcommands' parsers are of this class too (argparse makes them so)."""
+    and `--help` lists them all. The subcommands' parsers are of this class too (argparse makes them so).
+
+    No abbreviations (`allow_abbrev=False`, as `train`'s parser): argparse would take `--num_beam 4` for `--num_beams`
+    silently but refuse `--length` as ambiguous, and an option added later would turn a working prefix into an
+    error. A prefix is refused with the option it is closest to (`unrecognized`), in every command alike."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def parse_known_args(self, args=None, namespace=None):
         args = sys.argv[1:] if args is None else args
@@ -62,7 +70,10 @@ def unrecognized(parser: argparse.ArgumentParser, extras: list[str]) -> str:
     hints = []
     for extra in extras:
         flag = extra.split("=", 1)[0]
-        close = difflib.get_close_matches(flag, options, n=1) if flag.startswith("-") else []
+        # A prefix of options (`--length`) means one of them: the closest of those, before any other close name.
+        starting = [option for option in options if option.startswith(flag)] if flag.startswith("--") else []
+        close = difflib.get_close_matches(flag, starting or options, n=1, cutoff=0 if starting else 0.6)
+        close = close if flag.startswith("-") else []
         if close:
             hints.append((flag, close[0]))
     message = f"unrecognized arguments: {' '.join(extras)}"
