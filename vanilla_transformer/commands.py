@@ -1,6 +1,6 @@
 """The `vanilla-transformer` command: the parser of every command, and the dispatch to the command's function.
 
-    vanilla-transformer COMMAND --help          # train, translate, export, push, attention, score, demo, average
+    vanilla-transformer COMMAND --help          # train, translate, export, push, attention, score, demo, average, table3
 
 Each command's parser and function live in its subpackage's commands.py (translation/, evaluation/, hub/, demo/,
 training/); `train` has its own `HfArgumentParser` (training/train.py), routed to before this parser; its `--help`
@@ -24,7 +24,7 @@ from .arguments import PROG, ArgumentParser, quiet_progress_bars, unrecognized
 from .demo.commands import add_demo_parser
 from .evaluation.commands import add_attention_parser, add_score_parser
 from .hub.commands import add_push_parser
-from .training.commands import add_average_parser
+from .training.commands import add_average_parser, add_table3_parser
 from .translation.commands import add_export_parser, add_translate_parser
 
 
@@ -48,6 +48,7 @@ def build_parser() -> ArgumentParser:
     add_score_parser(commands)
     add_demo_parser(commands)
     add_average_parser(commands)
+    add_table3_parser(commands)
     commands.add_parser(
         "train",
         add_help=False,

@@ -1,10 +1,12 @@
 """The training layer's commands beside `train` (training/train.py, which owns its options): `average`, the last
-checkpoints of a run averaged into one model (section 6.1).
+checkpoints of a run averaged into one model (section 6.1), and `table3`, the paper's Table 3 as `train` runs.
 
     vanilla-transformer average RUN_DIR --last 5 --output OUT
     vanilla-transformer average --checkpoints RUN_DIR/checkpoint-800 RUN_DIR/checkpoint-1000 --output OUT
+    vanilla-transformer table3 --recipe multi30k_en_de_cpu --rows A,B,C,D,E --seeds 2 --max_steps 3000
 
-The parser is built without torch: `cmd_average` imports the averaging when it runs.
+The parsers are built without torch: `cmd_average` imports the averaging when it runs; `table3` needs no torch at all
+(each row is a `train` process).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from ..arguments import positive_int
+from ..arguments import number, positive_int
 from ..checkpoints import complete_checkpoints, last_complete_checkpoints
 
 
@@ -91,3 +93,50 @@ def _last_checkpoints_of(run_dir: str, last: int) -> list[str]:
             f"({', '.join(Path(path).name for path in checkpoints)}): pass --last {len(checkpoints)} or fewer."
         )
     return last_complete_checkpoints(run_dir, last)
+
+
+# ------------------------------------------------------------------------------------------------ table3
+
+
+def add_table3_parser(commands) -> None:
+    """`vanilla-transformer table3`: the rows of the paper's Table 3, each a `train` run of a recipe (docs/table3.md)."""
+    t = commands.add_parser(
+        "table3",
+        help="train the variations of the paper's Table 3 on a recipe and write the table (docs/table3.md)",
+        description="Train the rows of the paper's Table 3, each scaled to the recipe's model, and write the table. "
+        "A finished run is not trained again: the same command resumes (docs/table3.md).",
+    )
+    t.add_argument("--recipe", default="multi30k_en_de_cpu", help="the base row: a shipped recipe or a JSON file")
+    t.add_argument(
+        "--rows",
+        default="A,B,C,D,E,big",
+        help="comma-separated groups (A, B, C, D, E, big) or rows (B1, C4, ...); base is always trained",
+    )
+    t.add_argument("--seeds", type=positive_int, default=2, help="runs per row, seeds 1..N (default 2)")
+    t.add_argument("--max_steps", type=positive_int, help="updates per run, the same for every row")
+    t.add_argument("--max_train_minutes", type=number, help="minutes per run instead of --max_steps")
+    t.add_argument(
+        "--jobs", type=positive_int, default=1, help="runs at once, each a process with cores / jobs threads"
+    )
+    t.add_argument("--output_dir", default="runs/table3", help="the table's directory (default runs/table3)")
+    t.set_defaults(func=cmd_table3, check=check_table3, command_parser=t)
+
+
+def check_table3(args) -> dict:
+    """The budget, the recipe, every row (one that cannot be built is named) and --output_dir, before anything is
+    written or trained."""
+    if (args.max_steps is None) == (args.max_train_minutes is None):
+        raise ValueError("give --max_steps N (the same updates for every row) or --max_train_minutes M, not both")
+    if args.max_train_minutes is not None and not args.max_train_minutes > 0:
+        raise ValueError(f"--max_train_minutes must be above 0, got {args.max_train_minutes}")
+    from .table3 import plan
+
+    return plan(args)
+
+
+def cmd_table3(args) -> int:
+    from .table3 import run_table
+
+    check_table3(args)  # again, for a caller that did not run `commands.main`
+    print(run_table(args))
+    return 0

@@ -134,6 +134,12 @@ class ModelArguments:
         default=None, metadata={"help": "Override the decoder's layer count alone (wins over --layers; paper: N)."}
     )
     heads: int | None = field(default=None, metadata={"help": "Override h, the attention head count."})
+    qk_head_dim: int | None = field(
+        default=None, metadata={"help": "d_k, each head's query/key width (default d_model / h; Table 3, row B)."}
+    )
+    v_head_dim: int | None = field(
+        default=None, metadata={"help": "d_v, each head's value width (default d_model / h)."}
+    )
     ffn_dim: int | None = field(default=None, metadata={"help": "Override d_ff."})
     dropout: float | None = field(default=None, metadata={"help": "Override P_drop (residual dropout)."})
     attention_dropout: float | None = field(
@@ -148,7 +154,16 @@ class ModelArguments:
     def __post_init__(self):
         if self.preset not in MODEL_PRESETS:
             raise ValueError(f"`preset` {self.preset!r} does not exist: choose one of {list(MODEL_PRESETS)}.")
-        for name in ("d_model", "layers", "encoder_layers", "decoder_layers", "heads", "ffn_dim"):
+        for name in (
+            "d_model",
+            "layers",
+            "encoder_layers",
+            "decoder_layers",
+            "heads",
+            "qk_head_dim",
+            "v_head_dim",
+            "ffn_dim",
+        ):
             check_positive_int(name, getattr(self, name), allow_none=True)
         for name in ("dropout", "attention_dropout", "activation_dropout"):
             if getattr(self, name) is not None:

@@ -387,6 +387,8 @@ def build_config(model_args: ModelArguments, tokenizer):
         "decoder_layers": model_args.decoder_layers if model_args.decoder_layers is not None else model_args.layers,
         "encoder_attention_heads": model_args.heads,
         "decoder_attention_heads": model_args.heads,
+        "qk_head_dim": model_args.qk_head_dim,
+        "v_head_dim": model_args.v_head_dim,
         "encoder_ffn_dim": model_args.ffn_dim,
         "decoder_ffn_dim": model_args.ffn_dim,
         "dropout": model_args.dropout,

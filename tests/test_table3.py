@@ -1,0 +1,145 @@
+"""`vanilla-transformer table3`: the paper's Table 3 rows scaled to a recipe's model, each a `train` run; the command
+resumes after a stop without training a finished run again, and writes the table an uninterrupted run writes."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from helpers import subprocess_env, write_multi30k_subset
+
+from vanilla_transformer.commands import main
+from vanilla_transformer.configuration_vanilla_transformer import PRESETS, TABLE3_LABEL_SMOOTHING, TABLE3_ROWS
+from vanilla_transformer.training import table3
+from vanilla_transformer.training.preflight import read_recipe
+
+
+RECIPES = Path(table3.__file__).parent / "recipes"
+
+
+def test_the_rows_are_read_from_the_config_file_without_importing_it():
+    assert table3.paper_rows() == (PRESETS, TABLE3_ROWS, TABLE3_LABEL_SMOOTHING)
+
+
+def test_each_variation_is_the_papers_change_scaled_to_the_recipes_model():
+    """The Multi30k recipe's small model (N 3, d_model 256, h 4, d_ff 1024, P_drop 0.15, eps_ls 0.2; in float32
+    P_drop 0.1): every row's recipe changes what the paper's row changes, by the paper's ratio."""
+    recipe, cpu_float32 = read_recipe(
+        "multi30k_en_de_cpu", set(json.loads((RECIPES / "multi30k_en_de_cpu.json").read_text()))
+    )
+    changes = {}
+    for name in table3.row_names(["A", "B", "C", "D", "E", "big"]):
+        row = table3.row_recipe(recipe, cpu_float32, name)
+        assert {
+            key: row[key] for key in recipe if key not in table3.OPTION_FIELDS and key != "label_smoothing_factor"
+        } == {
+            key: value
+            for key, value in recipe.items()
+            if key not in table3.OPTION_FIELDS and key != "label_smoothing_factor"
+        }
+        changes[name] = {key: value for key, value in row.items() if key != "cpu_float32" and recipe.get(key) != value}
+        changes[name].update({f"float32 {k}": v for k, v in row["cpu_float32"].items() if cpu_float32[k] != v})
+    assert changes == {
+        "base": {},
+        **{"A1": {"heads": 1}, "A2": {"heads": 2}, "A3": {"heads": 8}, "A4": {"heads": 16}},
+        **{"B1": {"qk_head_dim": 16}, "B2": {"qk_head_dim": 32}},
+        **{f"C{i}": {"encoder_layers": n, "decoder_layers": n} for i, n in ((1, 1), (2, 2), (3, 4))},
+        **{"C4": {"d_model": 128}, "C5": {"d_model": 512}, "C6": {"ffn_dim": 512}, "C7": {"ffn_dim": 2048}},
+        "D1": {"dropout": 0.0, "float32 dropout": 0.0},
+        "D2": {"dropout": 0.3, "float32 dropout": 0.2},
+        "D3": {"label_smoothing_factor": 0.0},
+        "D4": {"label_smoothing_factor": 0.4},
+        "E": {"position_embedding_type": "learned"},
+        "big": {"d_model": 512, "heads": 8, "ffn_dim": 2048, "dropout": 0.45, "float32 dropout": 0.3},
+    }
+
+
+def _recipe(tmp_path: Path, **changes) -> Path:
+    """The Multi30k recipe on a slice of Multi30k with a tiny model: a few updates train and score in seconds."""
+    recipe = json.loads((RECIPES / "multi30k_en_de_cpu.json").read_text())
+    data = write_multi30k_subset(tmp_path / "data", {"train": 300, "val": 12, "test_2016_flickr": 12})
+    recipe.update(dataset=str(data), vocab_size=300, d_model=32, layers=1, heads=2, ffn_dim=64, max_tokens=512)
+    recipe.update(num_beams=1, average_last=0, plots=False, report_to=["none"], save_steps=1000, bf16="false")
+    recipe.update(subword_split=0.0, per_device_eval_batch_size=12, **changes)
+    del recipe["cpu_float32"]
+    path = tmp_path / "tiny.json"
+    path.write_text(json.dumps(recipe))
+    return path
+
+
+@pytest.mark.parametrize(
+    "changes, options, message",
+    [
+        ({}, ["--rows", "F"], "--rows 'F' is no group or row of Table 3"),
+        ({}, ["--max_steps", "2", "--max_train_minutes", "3"], "give --max_steps N (the same updates for every row)"),
+        ({}, ["--max_train_minutes", "0"], "--max_train_minutes must be above 0"),
+        # d_model 36 with 4 heads (d_k 9): row A3's 8 heads do not divide it.
+        ({"d_model": 36, "heads": 4}, ["--rows", "A"], "row A3 cannot be built: d_model 36 is not divisible by its 8"),
+        ({"dataset": "no/such/dir"}, [], "--dataset"),
+    ],
+)
+def test_mistakes_are_one_line_before_anything_is_written(changes, options, message, tmp_path, capsys):
+    out = tmp_path / "table"
+    budget = [] if any(o.startswith("--max") for o in options) else ["--max_steps", "2"]
+    status = main(
+        ["table3", "--recipe", str(_recipe(tmp_path, **changes)), "--output_dir", str(out), *budget, *options]
+    )
+    error = capsys.readouterr().err.strip()
+    assert status == 2 and len(error.splitlines()) == 1 and message in error, error
+    assert not out.exists()
+
+
+def _table3(recipe: Path, out: Path, *extra) -> list[str]:
+    return [sys.executable, "-m", "vanilla_transformer_cli", "table3", "--recipe", str(recipe), "--rows", "D1"] + [
+        *("--seeds", "1", "--max_steps", "3", "--output_dir", str(out), *extra)
+    ]
+
+
+def _without_minutes(out: Path) -> tuple[list[dict], list[str]]:
+    rows = [json.loads(line) for line in (out / "table3.jsonl").read_text().splitlines()]
+    for row in rows:
+        row.pop("minutes")
+        for seed in row["seeds"]:
+            seed.pop("minutes")
+    lines = (out / "table3.md").read_text().splitlines()
+    minutes = lines[5].split(" | ").index("minutes")
+    return rows, [" | ".join(c for i, c in enumerate(line.split(" | ")) if i != minutes) for line in lines[5:]]
+
+
+def test_a_stopped_table_resumes_without_training_a_finished_run_again(tmp_path):
+    recipe, env = _recipe(tmp_path), subprocess_env(OMP_NUM_THREADS="1")
+    whole = tmp_path / "whole"
+    subprocess.run(_table3(recipe, whole), env=env, check=True, capture_output=True, text=True, timeout=300)
+    stopped = tmp_path / "stopped"
+    process = subprocess.Popen(
+        _table3(recipe, stopped), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
+    )
+    try:  # stopped once the base row has finished, while D1 trains
+        deadline = time.monotonic() + 240
+        while not (stopped / "base" / "seed-1" / "results.json").is_file() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        while not (stopped / "D1" / "seed-1").is_dir() and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+    assert not (stopped / "D1" / "seed-1" / "results.json").exists()
+    base_written = (stopped / "base" / "seed-1" / "results.json").stat().st_mtime_ns
+    resumed = subprocess.run(
+        _table3(recipe, stopped), env=env, check=True, capture_output=True, text=True, timeout=300
+    )
+    assert "table3: base seed 1: finished before, not trained again" in resumed.stdout
+    assert "table3: D1 seed 1: training" in resumed.stdout
+    assert (stopped / "base" / "seed-1" / "results.json").stat().st_mtime_ns == base_written
+    assert _without_minutes(stopped) == _without_minutes(whole)
+    rows, lines = _without_minutes(whole)
+    assert [row["row"] for row in rows] == ["base", "D1"] and rows[1]["changed"] == {"dropout": 0.0}
+    assert all(row["budget"] == {"max_steps": 3} and row["updates"]["mean"] == 3 for row in rows)
+    assert rows[0]["test_bleu"]["mean"] is not None and rows[0]["validation_perplexity"]["mean"] > 1
+    # Another budget is never mixed into the table.
+    other = subprocess.run(_table3(recipe, whole, "--max_steps", "4"), env=env, capture_output=True, text=True)
+    assert other.returncode == 2 and "holds a table of --max_steps 3, not --max_steps 4" in other.stderr
