@@ -3,9 +3,13 @@
 import gzip
 import json
 import logging
+import shlex
 import shutil
+import signal
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -707,3 +711,67 @@ def test_the_recorded_hardware_names_the_cpus_bfloat16_units(monkeypatch, units)
         f"torch threads {torch.get_num_threads()}"
         + (f", {torch.cuda.get_device_name()}" if torch.cuda.is_available() else "")
     )
+
+
+def test_ctrl_c_keeps_a_checkpoint_and_its_resume_gives_the_uninterrupted_weights(data_dir, tmp_path):
+    """A real SIGINT during training (issue 68): the run stops at the end of the update with a complete checkpoint,
+    exits 130 with one line, no traceback, that names the checkpoint and the command that goes on; that command,
+    run as printed, ends with the weights of the run that was never interrupted (dropout on: the RNG state counts)."""
+    steps = 200
+    common = ["--max_steps", str(steps), "--max_train_minutes", "none", "--save_steps", "1000", "--eval_strategy",
+              "no", "--test_split", "", "--plots", "false", "--max_eval_samples", "4", "--num_beams", "1"]  # fmt: skip
+    env = subprocess_env()
+    whole = tmp_path / "whole"
+    subprocess.run([sys.executable, "-m", "vanilla_transformer_cli", "train", *_args(data_dir, whole, *common)],
+                   cwd=ROOT, env=env, check=True, timeout=600, capture_output=True)  # fmt: skip
+    stopped = tmp_path / "stopped"
+    argv = ["train", *_args(data_dir, stopped, *common, "--tokenizer", str(whole / "tokenizer"))]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "vanilla_transformer_cli", *argv],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,  # the logged losses (stdout) and the log (stderr), in order
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # a background job starts with it ignored
+    )
+    lines = []
+    reader = threading.Thread(target=lambda: lines.extend(process.stdout), daemon=True)
+    reader.start()
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and not any("'loss'" in line for line in lines):  # the first logged update
+        assert process.poll() is None, "".join(lines)[-3000:]
+        time.sleep(0.05)
+    process.send_signal(signal.SIGINT)
+    assert process.wait(timeout=120) == 130, "".join(lines)[-3000:]
+    reader.join(timeout=10)
+    err = "".join(lines)
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err[-3000:]
+    said = err.rstrip("\n").rsplit("\n", 1)[-1]
+    step = int(said.split("interrupted after update ")[1].split(":")[0].replace(",", ""))
+    assert 10 <= step < steps, said
+    assert said.startswith(f"vanilla-transformer train: interrupted after update {step}: {stopped}/checkpoint-{step} "
+                           "is kept, complete; to go on: vanilla-transformer train "), said  # fmt: skip
+    assert (stopped / f"checkpoint-{step}" / "trainer_state.json").is_file()  # complete: written last
+    assert not (stopped / "results.json").exists()  # the end of the run is the resumed run's
+
+    command = shlex.split(said.split("to go on: ", 1)[1])
+    assert command[:2] == ["vanilla-transformer", "train"] and command[-2:] == ["--resume_from_checkpoint", "true"]
+    subprocess.run([sys.executable, "-m", "vanilla_transformer_cli", *command[1:]], cwd=ROOT, env=env, check=True,
+                   timeout=600, capture_output=True)  # fmt: skip
+    resumed = json.loads((stopped / "trainer_state.json").read_text())
+    assert resumed["global_step"] == steps
+    expected = VanillaTransformerForConditionalGeneration.from_pretrained(whole).state_dict()
+    got = VanillaTransformerForConditionalGeneration.from_pretrained(stopped).state_dict()
+    for name, tensor in expected.items():
+        assert torch.equal(tensor, got[name]), name
+
+
+def test_a_second_ctrl_c_stops_at_once():
+    from vanilla_transformer.training.callbacks import Interrupt
+
+    interrupt = Interrupt()
+    interrupt._press(signal.SIGINT, None)  # the first: at the end of the update
+    assert interrupt.pressed
+    with pytest.raises(KeyboardInterrupt):
+        interrupt._press(signal.SIGINT, None)

@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import logging
 import math
+import signal
+import threading
 import time
 from collections.abc import Callable
 
 import torch
-from accelerate.utils import broadcast
+from accelerate.utils import broadcast, reduce
 from tqdm.auto import tqdm
 from transformers import ProgressCallback, TrainerCallback
 
@@ -203,6 +205,48 @@ class CooldownPlanner(TrainerCallback):
             logger.info("Cool-down finished at step %d: saving and stopping.", step)
             _stop(args, control)
         return control
+
+
+class Interrupt(TrainerCallback):
+    """Ctrl-C (SIGINT) during training ends it at the end of the current update, with a checkpoint, as a time limit
+    does: `--resume_from_checkpoint true` continues from there as if the run had not stopped. A second Ctrl-C stops
+    at once (KeyboardInterrupt), keeping the checkpoints already complete. `step` is the update it stopped after, or
+    None. Every process stops at the same update: after each update their flags are summed (one tiny collective),
+    since the key reaches them at different moments of their step, and one that stopped alone would hang the others
+    in the next gradient all-reduce. The handler is this run's only: installed at the start of training, the one
+    before it put back at its end."""
+
+    def __init__(self):
+        self.pressed = False
+        self.step = None
+        self._previous = None
+
+    def _press(self, signum, frame):
+        if self.pressed:
+            raise KeyboardInterrupt
+        self.pressed = True
+        logger.warning("Ctrl-C: stopping after this update, with a checkpoint (Ctrl-C again stops at once).")
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.pressed, self.step = False, None
+        if threading.current_thread() is threading.main_thread():  # where Python runs signal handlers
+            self._previous = signal.signal(signal.SIGINT, self._press)
+
+    def on_step_end(self, args, state, control, **kwargs):
+        pressed = self.pressed
+        if args.world_size > 1:  # any process's key stops them all, at this same update
+            flag = torch.tensor([float(pressed)], device=args.device)
+            pressed = reduce(flag, reduction="sum").item() > 0
+        if pressed:
+            self.step = state.global_step
+            control.should_training_stop = True
+            control.should_save = True
+        return control
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+            self._previous = None
 
 
 class TimeLimitProgressCallback(ProgressCallback):

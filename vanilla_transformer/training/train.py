@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..checkpoints import last_checkpoint
 from .preflight import (
     CPU_FLOAT32,
     LARGE_CORPUS,
@@ -48,8 +49,13 @@ PROG = "vanilla-transformer train"
 TOKENIZER_SETTINGS = "training_settings.json"  # in OUTPUT_DIR/tokenizer/
 
 
+class Interrupted(Exception):
+    """Training stopped by Ctrl-C: its message says what the run kept and the command that goes on."""
+
+
 def main(argv: list[str] | None = None) -> int:
-    """The command line: exit status 0, or 2 with one line `vanilla-transformer train: error: ...` on stderr."""
+    """The command line: exit status 0, or 2 with one line `vanilla-transformer train: error: ...` on stderr, or 130
+    with one line after Ctrl-C (what was kept, and the command that goes on)."""
     try:
         train(argv)
     except ValueError as error:
@@ -58,6 +64,10 @@ def main(argv: list[str] | None = None) -> int:
         message = " ".join(str(error).split())  # `train` has named the flags
         print(f"{PROG}: error: {message}", file=sys.stderr)
         return 2
+    except Interrupted as stop:
+        if os.environ.get("RANK", "0") == "0":  # said once, by the main process
+            print(f"{PROG}: {stop}", file=sys.stderr)
+        return 130
     return 0
 
 
@@ -82,11 +92,54 @@ def train(argv: list[str] | None = None) -> dict:
 def _train(argv: list[str] | None) -> dict:
     given = list(sys.argv[1:] if argv is None else argv)
     argv = preflight(given)  # before torch: --help, and the early checks
+    where = {}  # the output directory, once the options are parsed: what Ctrl-C keeps is there
+    try:
+        return _run(given, argv, where)
+    except KeyboardInterrupt:  # before training, or a second Ctrl-C: what is complete on disk is kept
+        raise Interrupted(kept_by_interruption(where.get("out_dir"), given)) from None
+
+
+def kept_by_interruption(out_dir: Path | None, given: list[str], step: int | None = None) -> str:
+    """The line said after Ctrl-C: the update training stopped after, the newest complete checkpoint (the one
+    `--resume_from_checkpoint true` continues), and the command that goes on."""
+    checkpoint = last_checkpoint(str(out_dir)) if out_dir is not None and out_dir.is_dir() else None
+    stopped = f"interrupted after update {step:,}" if step is not None else "interrupted"
+    if checkpoint is None:
+        return (
+            f"{stopped}, before the run's first checkpoint: there is nothing to resume; the same command starts it "
+            f"again (reusing the tokenizer it trained)."
+        )
+    # The command line without its own resume or overwrite (a resume must not empty the directory), with the resume.
+    words = without_options(given, ("--resume_from_checkpoint", "--overwrite_output_dir"))
+    options = shlex.join([*words, "--resume_from_checkpoint", "true"])
+    command = f"vanilla-transformer train {options}"
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # launched: the same launch goes on
+        command = f"the same launch of `-m vanilla_transformer.training.train {options}`"
+    return f"{stopped}: {out_dir / Path(checkpoint).name} is kept, complete; to go on: {command}"
+
+
+def without_options(words: list[str], names) -> list[str]:
+    """The command line `words` without the options `names` (either spelling) and their values: `--name=V`, or
+    `--name` and the next word unless that is an option."""
+    kept, value_next = [], False
+    for word in words:
+        if value_next and not word.startswith("-"):
+            value_next = False
+            continue
+        name = "--" + word.split("=", 1)[0][2:].replace("-", "_") if word.startswith("--") else word
+        value_next = name in names and "=" not in word
+        if name not in names:
+            kept.append(word)
+    return kept
+
+
+def _run(given: list[str], argv: list[str], where: dict) -> dict:
     main_process = quiet_unless_main(os.environ)
     relaunch_if_alone(os.environ, parent_argv())
     from .options import parse_args
 
     model_args, data_args, tok_args, run_args, training_args = parse_args(argv)
+    where["out_dir"] = Path(training_args.output_dir)
     if "--log_level_replica" not in given:
         training_args.log_level_replica = "error"  # the Trainer's own messages, once (the main process's)
     if "--output_dir" in argv[len(given) :]:  # added by `preflight`: neither the command line nor the recipe sets it
@@ -127,20 +180,25 @@ def _train(argv: list[str] | None) -> dict:
     tokenizer = get_tokenizer(tok_args, data_args, raw, training_args)
     model = build_model(model_args, run_args, tokenizer)
     tokenized = tokenize(raw, tokenizer, data_args, training_args)
+    from .callbacks import Interrupt
     from .trainer import build_trainer, resume_checkpoint
 
     checkpoint = resume_checkpoint(training_args, model.config.d_model)
+    interrupt = Interrupt()  # Ctrl-C: a checkpoint at the end of the update, then the command that goes on
     trainer = build_trainer(
         model,
         training_args,
         tokenizer,
         tokenized["train"],
         tokenized["validation"],
+        callbacks=[interrupt],
         max_train_minutes=run_args.max_train_minutes,
     )
     started = time.perf_counter()
     train_result = trainer.train(resume_from_checkpoint=checkpoint)
     train_seconds = time.perf_counter() - started
+    if interrupt.step is not None:  # its checkpoint is saved: the end of the run (the report) is the resumed run's
+        raise Interrupted(kept_by_interruption(out_dir, given, interrupt.step))
     trainer.save_model()  # final model + tokenizer + generation config, ready for from_pretrained
     trainer.save_state()
     if not trainer.is_world_process_zero():
