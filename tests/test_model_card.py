@@ -182,6 +182,14 @@ def test_usage_training_and_results_sections():
     assert [c.strip() for c in cells] == ["test_2016_flickr", "35.21", f"`{SIGNATURE.replace('|', chr(92) + '|')}`"]
 
 
+def test_one_checkpoint_is_said_in_the_singular():
+    one = copy.deepcopy(RESULTS)
+    one["checkpoint_averaging"] = {"num_checkpoints": 1, "checkpoints": ["checkpoint-1200"]}
+    text = render_model_card(small_config(), one, REPO).content
+    assert "(average of 1 checkpoint)" in text.splitlines()[text.splitlines().index("---", 1) + 2]  # the title
+    assert "average of the last 1 checkpoint (checkpoint-1200)" in text and "1 checkpoints" not in text
+
+
 def test_ctranslate2_section_states_the_models_own_decoding():
     text = render_model_card(small_config(), RESULTS, REPO).content
     assert "decoding settings\nof its generation config (beam 4, length penalty 0.6," in text

@@ -161,3 +161,5 @@ def test_the_verdict_of_a_timed_run_tells_to_resume_it_to_train_longer():
     assert not learned and "validation loss of 6.50 per target token, against 5.90" in line
     learned, line = learning_verdict(_Trainer(400, 53), None, nll=3.1, unigram=5.9)
     assert learned and "no BLEU was measured" in line
+    learned, line = learning_verdict(_Trainer(1, 53), None)
+    assert line.startswith("Not a usable model: training stopped after 1 update, inside")  # one update, singular

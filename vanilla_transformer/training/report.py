@@ -120,20 +120,21 @@ def learning_verdict(trainer, test_bleu: dict | None, nll: float | None = None, 
     if test_bleu:
         measured.append((f"test BLEU {test_bleu['score']:.2f}", test_bleu["score"]))
     low = [text for text, score in measured if score < MIN_BLEU]
+    updates = f"{steps:,} update{'s' if steps != 1 else ''}"
     if steps < warmup:
         scores = f" ({', '.join(text for text, _ in measured)})" if measured else ""
         return False, (
-            f"Not a usable model: training stopped after {steps:,} updates, inside its learning-rate warm-up of "
+            f"Not a usable model: training stopped after {updates}, inside its learning-rate warm-up of "
             f"{warmup:,} updates, so it cannot have learned to translate{scores}; {longer}, or start again "
             f"(--overwrite_output_dir) with a shorter --warmup_steps."
         )
     if low:
         return False, (
-            f"Not a usable model: after {steps:,} updates its {' and '.join(low)} (below {MIN_BLEU:g}: it does not "
+            f"Not a usable model: after {updates} its {' and '.join(low)} (below {MIN_BLEU:g}: it does not "
             f"translate); {longer}, and check that --src_lang/--tgt_lang (or "
             f"--src_column/--tgt_column) name each sentence and its translation."
         )
-    past = f"after {steps:,} updates, past its learning-rate warm-up of {warmup:,}"
+    past = f"after {updates}, past its learning-rate warm-up of {warmup:,}"
     if measured:
         return True, f"Could have learned: {past}, {' and '.join(text for text, _ in measured)}."
     if nll is None:  # not measured (a caller without the validation split)
