@@ -544,6 +544,16 @@ def test_progress_bar_shows_the_time_limit(data_dir, tmp_path, capsys):
     assert "/600 s of the time limit" in err and "update 2" in err
 
 
+def test_a_log_file_gets_no_progress_bars(data_dir, tmp_path, capsys):
+    """stderr that is no terminal (capsys here, a file after `2> log`): the training's, evaluation's and `datasets`'
+    bars would be lines of "\\r" redraws there (issue 68); the Trainer's logs are printed as lines instead."""
+    options = ["--max_steps", "2", "--max_train_minutes", "10", "--test_split", "", "--plots", "false"]
+    train.train(_args(data_dir, tmp_path / "run", *options, "--max_train_samples", "300"))
+    out, err = capsys.readouterr()
+    assert "\r" not in err and "\r" not in out, err[-2000:]
+    assert "'loss'" in out  # the Trainer's PrinterCallback
+
+
 def test_overwrite_only_empties_a_directory_of_a_run(data_dir, tmp_path):
     (tmp_path / "notes.txt").write_text("not a training run")
     with pytest.raises(ValueError, match="does not look like an output directory"):

@@ -140,6 +140,8 @@ def _run(given: list[str], argv: list[str], where: dict) -> dict:
 
     model_args, data_args, tok_args, run_args, training_args = parse_args(argv)
     where["out_dir"] = Path(training_args.output_dir)
+    if not sys.stderr.isatty() and main_process:
+        no_progress_bars(training_args, given)
     if "--log_level_replica" not in given:
         training_args.log_level_replica = "error"  # the Trainer's own messages, once (the main process's)
     if "--output_dir" in argv[len(given) :]:  # added by `preflight`: neither the command line nor the recipe sets it
@@ -228,6 +230,20 @@ def quiet_unless_main(environ) -> bool:
         datasets.disable_progress_bars()
         transformers_logging.disable_progress_bar()
     return main_process
+
+
+def no_progress_bars(training_args, given: list[str]) -> None:
+    """No progress bars where stderr is no terminal (a log file): each redraw would be a line of "\\r" updates there.
+    The Trainer then prints its logs as lines (its PrinterCallback), unless --disable_tqdm false asks for the bars;
+    `datasets`', transformers' and huggingface_hub's bars are off (as `translate` keeps its bars out of a file)."""
+    import datasets
+
+    from ..arguments import quiet_progress_bars
+
+    if not any(word.split("=", 1)[0] in ("--disable_tqdm", "--disable-tqdm") for word in given):
+        training_args.disable_tqdm = True
+    datasets.disable_progress_bars()
+    quiet_progress_bars()
 
 
 RELAUNCHED = "VANILLA_TRANSFORMER_RELAUNCHED"
