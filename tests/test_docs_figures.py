@@ -1,6 +1,7 @@
 """The shipped models' figures in README.md and docs/ are their own `results.json`'s and their folders' sizes: the
 README table's rows are built from results.json, and each page that quotes a shipped run quotes its numbers."""
 
+import re
 from pathlib import Path
 
 import pytest
@@ -101,3 +102,15 @@ def test_the_shipped_folders_size_is_said_one_way():
     """docs/sharing.md says what the shipped models add to the package, in the folders' own bytes."""
     sizes = [folder_megabytes(name) for name in shipped_models()]
     assert f"The {len(sizes)} folders hold {sum(sizes):.1f} MB" in page("docs/sharing.md")
+
+
+def test_each_attention_figure_is_drawn_by_the_command_above_it():
+    """A figure's alt text names its layer ("Cross-attention, layer 2"): the command in the block above it draws that
+    layer (without `--layer`, the command draws every layer: not the picture shown)."""
+    for name in ("README.md", "docs/attention.md"):
+        text = (ROOT / name).read_text()
+        for match in re.finditer(r"!\[[^\]]*layer (\d+)\]\((?:docs/)?(attention_\w+\.png)\)", text):
+            block = text[: match.start()].rsplit("```", 2)[-2]  # the code block before the figure
+            lines = [line for line in re.sub(r"\\\s*\n\s*", " ", block).splitlines() if "attention --model" in line]
+            drawn = [line for line in lines if match[2] in line or name == "README.md"]
+            assert drawn and all(f"--layer {match[1]}" in line for line in drawn), (name, match[0], lines)
