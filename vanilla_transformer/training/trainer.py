@@ -38,6 +38,7 @@ the eager attention, the fast kernel there (`precision.fast_attention_implementa
 
 from __future__ import annotations
 
+import ast
 import logging
 import math
 import os
@@ -179,12 +180,42 @@ def build_trainer(
         compute_metrics=compute_metrics,
         callbacks=callbacks or None,
     )
+    TIED_WEIGHTS_FILTER.tied.update(getattr(model, "all_tied_weights_keys", None) or {})
+    trainer_logger = logging.getLogger("transformers.trainer")
+    if TIED_WEIGHTS_FILTER not in trainer_logger.filters:
+        trainer_logger.addFilter(TIED_WEIGHTS_FILTER)
     # The Trainer builds its own `LabelSmoother` from `label_smoothing_factor`, which `compute_loss_func` overrides:
     # dropped, so that one label smoothing is in the trainer, not two.
     trainer.label_smoother = None
     if limit and trainer.pop_callback(ProgressCallback):  # the progress bar counts the time limit, not max_steps
         trainer.add_callback(TimeLimitProgressCallback(limit))
     return trainer
+
+
+class TiedWeightsAreNotMissing(logging.Filter):
+    """Drops the Trainer's "There were missing keys in the checkpoint model loaded: [...]" on a resume when the keys
+    are the model's tied weights only: the embedding of each stack and the output projection are the one matrix
+    `shared` (section 3.4), saved once under that name, and loading it sets all three. The warning read as a broken
+    checkpoint (issue 68); any other missing key is still said. `tied` gathers the tied keys of the models built."""
+
+    PREFIX = "There were missing keys in the checkpoint model loaded: "
+
+    def __init__(self):
+        super().__init__()
+        self.tied: set[str] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if not message.startswith(self.PREFIX):
+            return True
+        try:
+            missing = set(ast.literal_eval(message.removeprefix(self.PREFIX).rstrip(".")))
+        except (ValueError, SyntaxError):
+            return True
+        return not (missing and missing <= self.tied)
+
+
+TIED_WEIGHTS_FILTER = TiedWeightsAreNotMissing()
 
 
 def check_decoder_input(batch: dict) -> None:
