@@ -182,6 +182,15 @@ def test_usage_training_and_results_sections():
     assert [c.strip() for c in cells] == ["test_2016_flickr", "35.21", f"`{SIGNATURE.replace('|', chr(92) + '|')}`"]
 
 
+def test_the_card_gives_the_training_time_and_the_runs_apart():
+    timed = copy.deepcopy(RESULTS)
+    timed["training"]["wall_time_s"] = 3790.2
+    text = render_model_card(small_config(), timed, REPO).content
+    assert "**Training time:** 1:02:05 (h:mm:ss); the whole run, with its last validation, test translation and " \
+        "averaging: 1:03:10" in text  # fmt: skip
+    assert "the whole run" not in render_model_card(small_config(), RESULTS, REPO).content  # not recorded: not said
+
+
 def test_one_checkpoint_is_said_in_the_singular():
     one = copy.deepcopy(RESULTS)
     one["checkpoint_averaging"] = {"num_checkpoints": 1, "checkpoints": ["checkpoint-1200"]}

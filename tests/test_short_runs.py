@@ -97,6 +97,10 @@ def test_a_short_run_fits_its_warm_up_to_its_speed_and_writes_everything_without
     )
     averaged = json.loads((run / "averaged" / "results.json").read_text())
     assert averaged["checkpoint_averaging"]["checkpoints"] == ["checkpoint-18", "checkpoint-20"]  # the cool-down's
+    # The limit bounds the training; the run says so at its start, and records its whole time apart (issue 68).
+    assert 0 < training["train_runtime_s"] <= training["wall_time_s"] == averaged["training"]["wall_time_s"]
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Time limit: training stops by ")]
+    assert len(said) == 1 and "outside the limit: the averaging and the figures (its time not estimated" in said[0]
     assert averaged["bleu"] == {}
     assert (run / "averaged" / "model.safetensors").is_file() and (run / "averaged" / "README.md").is_file()
     # Whether it could have learned: in results.json, the card and the last log line.
@@ -130,6 +134,32 @@ def test_a_short_run_fits_its_warm_up_to_its_speed_and_writes_everything_without
     rates = {h["step"]: h["learning_rate"] for h in history if "learning_rate" in h}
     assert rates[22] > rates[20]  # back to the paper's schedule after the first run's cool-down
     assert any("cool-down planned by the earlier run" in r.getMessage() for r in caplog.records)
+
+
+def test_a_timed_run_says_when_it_ends_once_an_evaluation_has_measured_the_speed(caplog):
+    """`RunEnd`: the training's deadline at the start; at the first evaluation (100 sentences in 20 s: 5 per second),
+    the end of the run: the deadline, then the last validation (20 s) and 2 x 500 test sentences (200 s)."""
+    from types import SimpleNamespace
+
+    now = [1000.0]
+    end = callbacks.RunEnd(10, validation=100, test=500, models=2, evaluates=True, clock=lambda: now[0])
+    state, control = SimpleNamespace(is_world_process_zero=True), SimpleNamespace(should_training_stop=False)
+    with caplog.at_level(logging.INFO):
+        end.on_train_begin(None, state, control)
+        assert end.deadline == 1600.0
+        now[0] = 1100.0
+        end.on_evaluate(None, state, control, metrics={"eval_runtime": 20.0})
+        assert end.estimated == 1600.0 + 20.0 + 200.0
+        end.on_evaluate(None, state, control, metrics={"eval_runtime": 40.0})  # said once
+        assert end.estimated == 1820.0
+    said = [r.getMessage() for r in caplog.records]
+    assert "the test translation of 500 sentences by the final and the averaged model" in said[0], said
+    assert len(said) == 2 and "then about 3.7 minutes for the last validation and 2 test translations" in said[1]
+    stopping = callbacks.RunEnd(10, validation=100, test=500, models=1, evaluates=True, clock=lambda: now[0])
+    stopping.on_train_begin(None, state, control)
+    now[0] = 2000.0  # the first evaluation comes at the stop: only the test translation follows
+    stopping.on_evaluate(None, state, control, metrics={"eval_runtime": 20.0})
+    assert stopping.estimated == 2000.0 + 100.0
 
 
 class _Trainer:

@@ -27,7 +27,8 @@ The results JSON (written by `vanilla-transformer train`, training/report.py; re
       },
       "training": {                            # optional
         "steps": 10000, "epochs": 20.5,        #   optimizer updates, passes over the data
-        "train_runtime_s": 3600.0,             #   wall-clock seconds
+        "train_runtime_s": 3600.0,             #   wall-clock seconds of training (what --max_train_minutes bounds)
+        "wall_time_s": 3790.0,                 #   optional, the whole run's: training, validation, test, averaging
         "tokens_per_second": 5200.0,           #   target tokens per second (or whatever the run measures)
         "hardware": "2-core CPU",              #   free text
         "hyperparameters": {"learning_rate": 7e-4, "warmup_steps": 4000, ...}   # free key -> value
@@ -361,6 +362,7 @@ def render_model_card(
         training=training,
         hyperparameters=_hyperparameter_rows(training.get("hyperparameters") or {}, training.get("steps")),
         runtime=_duration(training.get("train_runtime_s")),
+        wall_time=_duration(training.get("wall_time_s")),
         averaging=averaging,
         decoding=results.get("decoding") or {},
         tokenizer=results.get("tokenizer") or {},

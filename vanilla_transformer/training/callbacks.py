@@ -207,6 +207,75 @@ class CooldownPlanner(TrainerCallback):
         return control
 
 
+class RunEnd(TrainerCallback):
+    """Says when a timed run ends. `--max_train_minutes` bounds the training; the end of the run follows it: the last
+    validation (at the stop), the test translation by the final model and by the averaged one, the averaging and the
+    figures. At the start one line gives the training's deadline and what follows it; at the first evaluation,
+    whose translations measure the speed, one line gives the estimated end of the run. `validation` and `test` are
+    the splits' sentence counts (0: none), `models` how many models translate the test split (the final, the
+    averaged), `evaluates` whether the run evaluates. `clock` returns the wall-clock time (seconds since the epoch)."""
+
+    def __init__(self, minutes: float, validation: int, test: int, models: int, evaluates: bool, clock=time.time):
+        self.seconds, self.validation, self.test, self.models = minutes * 60, validation, test, models
+        self.evaluates, self.clock = evaluates, clock
+        self.deadline = None
+        self.estimated = None  # the estimated end of the run, once an evaluation has measured the speed
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.deadline, self.estimated = self.clock() + self.seconds, None
+        if not state.is_world_process_zero:
+            return
+        after = ["the last validation"] if self.evaluates else []
+        if self.test:
+            which = "the final and the averaged model" if self.models > 1 else "the final model"
+            after.append(f"the test translation of {self.test:,} sentences by {which}")
+        after += ["the averaging and the figures"] if self.models > 1 else ["the figures"]
+        when = (
+            "estimated at the first evaluation, whose translations measure the speed"
+            if self.evaluates
+            else "not estimated: the run does not evaluate, which would measure the speed of translation"
+        )
+        logger.info(
+            "Time limit: training stops by %s (--max_train_minutes %g); the end of the run follows it, outside the "
+            "limit: %s (its time %s).",
+            _clock_time(self.deadline),
+            self.seconds / 60,
+            ", ".join(after),
+            when,
+        )
+
+    def on_evaluate(self, args, state, control, metrics=None, **kwargs):
+        runtime = (metrics or {}).get("eval_runtime")
+        if self.estimated is not None or not runtime or not self.validation or self.deadline is None:
+            return
+        rate = self.validation / runtime  # sentences per second, beam search as at the end
+        now = self.clock()
+        stopping = now >= self.deadline or control.should_training_stop  # this evaluation is the last
+        end_of_training = now if stopping else self.deadline
+        after = (0 if stopping else runtime) + self.models * self.test / rate
+        self.estimated = end_of_training + after
+        if state.is_world_process_zero:
+            logger.info(
+                "The run ends at about %s: training until %s, then about %s for %s (%.1f sentences/s in this "
+                "evaluation of %s sentences).",
+                _clock_time(self.estimated),
+                _clock_time(end_of_training),
+                f"{after:.0f} s" if after < 90 else f"{after / 60:.1f} minutes",
+                " and ".join(
+                    (["the last validation"] if not stopping else [])
+                    + ([f"{self.models} test translation{'s' if self.models > 1 else ''}"] if self.test else [])
+                )
+                or "nothing to translate",
+                rate,
+                f"{self.validation:,}",
+            )
+
+
+def _clock_time(seconds: float) -> str:
+    """A wall-clock time as a person reads it in the log (the machine's local time)."""
+    return time.strftime("%H:%M:%S", time.localtime(seconds))
+
+
 class Interrupt(TrainerCallback):
     """Ctrl-C (SIGINT) during training ends it at the end of the current update, with a checkpoint, as a time limit
     does: `--resume_from_checkpoint true` continues from there as if the run had not stopped. A second Ctrl-C stops

@@ -36,9 +36,13 @@ logger = logging.getLogger(__name__)
 MIN_BLEU = 1.0  # below it, a model does not translate (`not_learned`)
 
 
-def write_report(trainer, tokenizer, raw, train_split, options, train_result, train_seconds: float) -> dict:
+def write_report(
+    trainer, tokenizer, raw, train_split, options, train_result, train_seconds: float, run_started: float | None = None
+) -> dict:
     """Test BLEU of the final and the averaged model, plots and figures, results.json and model cards, the Hub push;
-    returns the final model's results. `options` are the run's (model, data, run) arguments."""
+    returns the final model's results. `options` are the run's (model, data, run) arguments; `run_started`, the
+    `time.perf_counter()` at the run's start, gives its wall time (`wall_time_s`: training, and the end of the run
+    that follows it) beside the training time (`train_runtime_s`, what --max_train_minutes bounds)."""
     model_args, data_args, run_args = options
     out_dir = Path(trainer.args.output_dir)
     # The final model as saved, loaded as a user loads it (float32): after bf16 training the Trainer's model still
@@ -66,6 +70,8 @@ def write_report(trainer, tokenizer, raw, train_split, options, train_result, tr
         card_results["learning"] = {"could_have_learned": learned, "line": line}
         if nll is not None:
             card_results["learning"].update(validation_nll=round(nll, 4), unigram_nll=round(unigram, 4))
+    if run_started is not None:  # the averaged model's results share this `training` entry
+        results["training"]["wall_time_s"] = round(time.perf_counter() - run_started, 1)
     config, args = trainer.model.config, trainer.args
     write_results_and_card(out_dir, config, results, args.hub_model_id)
     if averaged is not None:

@@ -134,6 +134,7 @@ def without_options(words: list[str], names) -> list[str]:
 
 
 def _run(given: list[str], argv: list[str], where: dict) -> dict:
+    run_started = time.perf_counter()  # the run's wall time (results.json), its end included
     main_process = quiet_unless_main(os.environ)
     relaunch_if_alone(os.environ, parent_argv())
     from .options import parse_args
@@ -182,18 +183,29 @@ def _run(given: list[str], argv: list[str], where: dict) -> dict:
     tokenizer = get_tokenizer(tok_args, data_args, raw, training_args)
     model = build_model(model_args, run_args, tokenizer)
     tokenized = tokenize(raw, tokenizer, data_args, training_args)
-    from .callbacks import Interrupt
+    from .callbacks import Interrupt, RunEnd
     from .trainer import build_trainer, resume_checkpoint
 
     checkpoint = resume_checkpoint(training_args, model.config.d_model)
     interrupt = Interrupt()  # Ctrl-C: a checkpoint at the end of the update, then the command that goes on
+    callbacks = [interrupt]
+    if run_args.max_train_minutes:  # when the run ends: the limit bounds the training, the end of the run follows
+        callbacks.append(
+            RunEnd(
+                run_args.max_train_minutes,
+                validation=len(tokenized["validation"]),
+                test=len(raw["test"]) if data_args.test_split else 0,
+                models=2 if run_args.average_last else 1,
+                evaluates=training_args.eval_strategy != "no",
+            )
+        )
     trainer = build_trainer(
         model,
         training_args,
         tokenizer,
         tokenized["train"],
         tokenized["validation"],
-        callbacks=[interrupt],
+        callbacks=callbacks,
         max_train_minutes=run_args.max_train_minutes,
     )
     started = time.perf_counter()
@@ -208,7 +220,9 @@ def _run(given: list[str], argv: list[str], where: dict) -> dict:
     from .report import write_report
 
     options = (model_args, data_args, run_args)
-    return write_report(trainer, tokenizer, raw, tokenized["train"], options, train_result, train_seconds)
+    return write_report(
+        trainer, tokenizer, raw, tokenized["train"], options, train_result, train_seconds, run_started=run_started
+    )
 
 
 def quiet_unless_main(environ) -> bool:
