@@ -136,6 +136,24 @@ def test_a_short_run_fits_its_warm_up_to_its_speed_and_writes_everything_without
     assert any("cool-down planned by the earlier run" in r.getMessage() for r in caplog.records)
 
 
+def test_a_corpus_of_one_split_trains_with_validation_split_empty(tmp_path, monkeypatch):
+    """`--validation_split ''` means no validation, as `--test_split ''` means no test (issue 68): the run does not
+    evaluate, and writes its model, card and figure (of a training sentence)."""
+    monkeypatch.chdir(tmp_path)
+    data = _write_tables(tmp_path / "toy", {"train": 60})
+    argv = [
+        *("--dataset", str(data), "--src_lang", "en", "--tgt_lang", "de", "--src_column", "english"),
+        *("--tgt_column", "german", "--validation_split", "", "--test_split", "", "--output_dir", "run"),
+        *tiny_options(vocab_size=300),
+        *("--max_steps", "2", "--save_steps", "2", "--report_to", "none", "--max_train_minutes", "none"),
+    ]
+    results = train.train(argv)
+    history = json.loads((tmp_path / "run" / "trainer_state.json").read_text())["log_history"]
+    assert results["training"]["steps"] == 2 and not any("eval_loss" in h for h in history)
+    assert results["bleu"] == {} and (tmp_path / "run" / "README.md").is_file()
+    assert "no BLEU or loss was measured" in results["learning"]["line"]
+
+
 def test_a_timed_run_says_when_it_ends_once_an_evaluation_has_measured_the_speed(caplog):
     """`RunEnd`: the training's deadline at the start; at the first evaluation (100 sentences in 20 s: 5 per second),
     the end of the run: the deadline, then the last validation (20 s) and 2 x 500 test sentences (200 s)."""

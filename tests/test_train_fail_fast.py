@@ -78,6 +78,8 @@ def rows(tmp: Path) -> list[tuple[list[str], str, str]]:
         (["train", "--dataset", str(named), *pair], "--src_lang 'en' (the column's default)", "has no such column"),
         (["train", *data, "--src_column", "english", "--output_dir", str(tmp / "out")], "--src_column 'english'",
          "is line files (train.en, train.de), found by language code"),
+        (["train", *data, "--validation_split", "", "--eval_strategy", "steps", "--output_dir", str(tmp / "out")],
+         "--eval_strategy steps", "but --validation_split '' names none"),
         (["train", "--dataset", str(tsv), *out], "--src_lang and --tgt_lang are required",
          "its columns ['source', 'target'] are not two language codes"),
         (["train", "--dataset", str(tsv), "--src_lang", "en", *out], "--tgt_lang is required", "not two language codes"),
@@ -108,7 +110,7 @@ def rows(tmp: Path) -> list[tuple[list[str], str, str]]:
     ]  # fmt: skip
 
 
-COUNT = 25
+COUNT = 26
 
 
 def _load(*args, **kwargs):

@@ -185,7 +185,9 @@ class DataArguments:
     src_lang: str = field(default="en", metadata={"help": "Source language code."})
     tgt_lang: str = field(default="de", metadata={"help": "Target language code."})
     train_split: str = field(default="train", metadata={"help": "Name of the training split in the data."})
-    validation_split: str = field(default="val", metadata={"help": "Name of the validation split in the data."})
+    validation_split: str = field(
+        default="val", metadata={"help": "Name of the validation split in the data ('' = none: no evaluation)."}
+    )
     test_split: str | None = field(
         default="test_2016_flickr", metadata={"help": "Test split, translated once at the end ('' = none)."}
     )

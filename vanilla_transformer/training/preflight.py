@@ -54,7 +54,6 @@ RUNS_DIR = "runs"  # where a run without --output_dir writes, as the recipes do:
 # What a run writes in its output directory before its first checkpoint: the tokenizer it trains, and TensorBoard's
 # logs. A directory holding only these is a run stopped before it saved anything: a new run starts there.
 BEFORE_FIRST_CHECKPOINT = ("tokenizer", "runs")
-NO_TEST_SPLIT = ", or --test_split '' for none"
 # A column name taken for a language code: two lowercase letters (ISO 639-1), optionally a script or region
 # (`pt_BR`, `zh-Hans`).
 LANGUAGE_CODE = re.compile(r"^[a-z]{2}([-_][A-Za-z0-9]{2,8})?$")
@@ -355,6 +354,13 @@ def preflight(argv: list[str]) -> list[str]:
     check_pair_args(values["src_lang"], values["tgt_lang"], values.get("src_column"), values.get("tgt_column"))
     check_columns(values)
     added = [item for name, code in languages.items() for item in (f"--{name}", code)]
+    if not values["validation_split"]:  # no validation split: nothing to evaluate on
+        if given.get("eval_strategy", "no") != "no":
+            raise ValueError(
+                f"--eval_strategy {given['eval_strategy']} evaluates on the validation split, but --validation_split "
+                f"'' names none: give a validation split, or leave --eval_strategy out."
+            )
+        added += ["--eval_strategy", "no"]
     if not values.get("output_dir"):
         values["output_dir"] = default_output_dir(values)
         added += ["--output_dir", values["output_dir"]]
@@ -406,9 +412,10 @@ def check_data(values: dict, named: set[str]) -> dict:
     splits and columns are checked when it is loaded."""
     dataset = values["dataset"]
     path = Path(dataset).expanduser()
-    splits = {"train": values["train_split"], "validation": values["validation_split"]}
-    if values.get("test_split"):
-        splits["test"] = values["test_split"]
+    splits = {"train": values["train_split"]}
+    for split in ("validation", "test"):  # '' = none
+        if values.get(f"{split}_split"):
+            splits[split] = values[f"{split}_split"]
     if path.is_file():
         raise ValueError(
             f"--dataset {dataset!r} is a single file, which holds one split, but training needs {len(splits)} "
@@ -440,10 +447,10 @@ def check_data(values: dict, named: set[str]) -> dict:
             tables[split] = table
         elif not languages:
             found = split_stems(path)
+            none = "" if split == "train" else f", or --{split}_split '' for none"  # a run needs a training split
             raise ValueError(
                 f"--{split}_split {stem!r} does not exist in --dataset {dataset!r} (no {stem}.{{lang}}[.gz], no "
-                f"{stem}.tsv/.jsonl file); it has the splits {found}: pass --{split}_split <one of those>"
-                f"{NO_TEST_SPLIT if split == 'test' else ''}."
+                f"{stem}.tsv/.jsonl file); it has the splits {found}: pass --{split}_split <one of those>{none}."
             )
         else:
             for name in ("src_lang", "tgt_lang"):

@@ -59,10 +59,12 @@ def write_report(
     if averaged is not None:
         cards.append((averaged[0], averaged[1], out_dir / "averaged"))
     if run_args.plots:
-        draw_figures(trainer.state.log_history, cards, tokenizer, raw["validation"][0]["source"], data_args)
+        split = "validation" if "validation" in raw else "train"  # --validation_split '': a training sentence
+        draw_figures(trainer.state.log_history, cards, tokenizer, raw[split][0]["source"], data_args)
     # Whether each model could have learned, said in its results.json and its card (see `learning_verdict`); without
     # any BLEU, from its validation loss against that of the target's word frequencies alone.
-    unigram = None if any(card[0]["bleu"] for card in cards) else unigram_nll(train_split, trainer.eval_dataset)
+    unmeasured = trainer.eval_dataset is None or any(card[0]["bleu"] for card in cards)
+    unigram = None if unmeasured else unigram_nll(train_split, trainer.eval_dataset)
     for card_results, card_model, _ in cards:
         nll = None if unigram is None else validation_nll(card_model, trainer)
         learned, line = learning_verdict(trainer, card_results["bleu"].get("test"), nll, unigram)
@@ -244,7 +246,8 @@ def draw_figures(log_history, cards, tokenizer, sentence: str, data_args) -> Non
         if directory != out_dir:
             for name in curves:
                 shutil.copy2(out_dir / name, directory / name)
-        figure = write_attention_figure(card_model, tokenizer, sentence, directory, split=data_args.validation_split)
+        split = data_args.validation_split or data_args.train_split
+        figure = write_attention_figure(card_model, tokenizer, sentence, directory, split=split)
         card_results["attention_figure"] = figure
         card_results["plots"] = curves + ([figure["file"]] if figure else [])
 
@@ -306,7 +309,7 @@ def collect_results(trainer, tokenizer, train_split, model_args, data_args, trai
             "train_pairs": len(train_split),
             "splits": {
                 "train": data_args.train_split,
-                "validation": data_args.validation_split,
+                "validation": data_args.validation_split or None,
                 "test": data_args.test_split,
             },
         },

@@ -193,7 +193,7 @@ def _run(given: list[str], argv: list[str], where: dict) -> dict:
         callbacks.append(
             RunEnd(
                 run_args.max_train_minutes,
-                validation=len(tokenized["validation"]),
+                validation=len(tokenized.get("validation", ())),
                 test=len(raw["test"]) if data_args.test_split else 0,
                 models=2 if run_args.average_last else 1,
                 evaluates=training_args.eval_strategy != "no",
@@ -204,7 +204,7 @@ def _run(given: list[str], argv: list[str], where: dict) -> dict:
         training_args,
         tokenizer,
         tokenized["train"],
-        tokenized["validation"],
+        tokenized.get("validation"),  # None: --validation_split '', a run that does not evaluate
         callbacks=callbacks,
         max_train_minutes=run_args.max_train_minutes,
     )
@@ -368,9 +368,10 @@ def load_data(data_args: DataArguments):
     """The train, validation and (if any) test splits as source/target pairs (`data.load_parallel_corpus`)."""
     from ..data.corpus import load_parallel_corpus
 
-    splits = {"train": data_args.train_split, "validation": data_args.validation_split}
-    if data_args.test_split:
-        splits["test"] = data_args.test_split
+    splits = {"train": data_args.train_split}
+    for split in ("validation", "test"):  # --validation_split '' / --test_split '': none
+        if getattr(data_args, f"{split}_split"):
+            splits[split] = getattr(data_args, f"{split}_split")
     raw = load_parallel_corpus(
         data_args.dataset,
         data_args.src_lang,
@@ -439,13 +440,13 @@ def tokenize(raw, tokenizer, data_args: DataArguments, training_args):
     logger.info("Tokenizing with %d process%s.", num_proc, "es" if num_proc > 1 else "")
     with training_args.main_process_first(desc="tokenizing"):
         tokenized = tokenize_corpus(
-            DatasetDict(train=raw["train"], validation=raw["validation"]),
+            DatasetDict({split: raw[split] for split in ("train", "validation") if split in raw}),
             tokenizer,
             max_length=data_args.max_length,
             max_length_ratio=data_args.max_length_ratio,
             num_proc=num_proc if num_proc > 1 else None,
         )
-    if data_args.max_eval_samples:
+    if data_args.max_eval_samples and "validation" in tokenized:
         validation = tokenized["validation"]
         tokenized["validation"] = validation.select(range(min(data_args.max_eval_samples, len(validation))))
     return tokenized
