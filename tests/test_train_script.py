@@ -780,8 +780,12 @@ def test_ctrl_c_keeps_a_checkpoint_and_its_resume_gives_the_uninterrupted_weight
 def test_a_second_ctrl_c_stops_at_once():
     from vanilla_transformer.training.callbacks import Interrupt
 
-    interrupt = Interrupt()
+    now = [0.0]
+    interrupt = Interrupt(clock=lambda: now[0])
     interrupt._press(signal.SIGINT, None)  # the first: at the end of the update
     assert interrupt.pressed
+    now[0] = 0.5
+    interrupt._press(signal.SIGINT, None)  # the same key, passed on by a launcher (torchrun) to its processes
+    now[0] = 3.0
     with pytest.raises(KeyboardInterrupt):
         interrupt._press(signal.SIGINT, None)

@@ -285,15 +285,23 @@ class Interrupt(TrainerCallback):
     in the next gradient all-reduce. The handler is this run's only: installed at the start of training, the one
     before it put back at its end."""
 
-    def __init__(self):
+    # A launcher (torchrun, under `accelerate launch`) passes the terminal's Ctrl-C on to its processes, which the
+    # terminal has already sent it to: a second signal this soon after the first is the same key.
+    SAME_KEY_SECONDS = 1.0
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic):
         self.pressed = False
         self.step = None
+        self.clock = clock
         self._previous = None
+        self._first = None
 
     def _press(self, signum, frame):
         if self.pressed:
+            if self.clock() - self._first < self.SAME_KEY_SECONDS:
+                return
             raise KeyboardInterrupt
-        self.pressed = True
+        self.pressed, self._first = True, self.clock()
         logger.warning("Ctrl-C: stopping after this update, with a checkpoint (Ctrl-C again stops at once).")
 
     def on_train_begin(self, args, state, control, **kwargs):
