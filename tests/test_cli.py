@@ -524,6 +524,7 @@ REQUIRED = {
     "score": ["--hypotheses", "h", "--references", "r"],
     "demo": [],
     "average": ["run", "--output", "avg"],
+    "table3": [],
 }
 
 
