@@ -49,8 +49,9 @@ PROG = "vanilla-transformer train"
 TOKENIZER_SETTINGS = "training_settings.json"  # in OUTPUT_DIR/tokenizer/
 
 
-class Interrupted(Exception):
-    """Training stopped by Ctrl-C: its message says what the run kept and the command that goes on."""
+class Interrupted(KeyboardInterrupt):
+    """Training stopped by Ctrl-C: its message says what the run kept and the command that goes on. A
+    KeyboardInterrupt still, for Python callers of `train`."""
 
 
 def main(argv: list[str] | None = None) -> int:
