@@ -143,3 +143,15 @@ def test_a_stopped_table_resumes_without_training_a_finished_run_again(tmp_path)
     # Another budget is never mixed into the table.
     other = subprocess.run(_table3(recipe, whole, "--max_steps", "4"), env=env, capture_output=True, text=True)
     assert other.returncode == 2 and "holds a table of --max_steps 3, not --max_steps 4" in other.stderr
+
+
+def test_a_row_whose_train_fails_ends_the_command_in_one_line_naming_it(tmp_path, capsys, monkeypatch):
+    """A run that fails (here a `train` that exits 3) stops the table with one line naming the row and its log."""
+    monkeypatch.setattr(table3, "train_command", lambda *args: [sys.executable, "-c", "raise SystemExit(3)"])
+    out = tmp_path / "table"
+    status = main(
+        ["table3", "--recipe", str(_recipe(tmp_path)), "--rows", "D1", "--max_steps", "2", "--output_dir", str(out)]
+    )
+    error = capsys.readouterr().err.strip()
+    assert status == 1 and len(error.splitlines()) == 1, error
+    assert "row base seed 1: train exited with status 3" in error and str(out / "logs") in error, error

@@ -12,6 +12,7 @@ The parsers are built without torch: `cmd_average` imports the averaging when it
 from __future__ import annotations
 
 import logging
+import sys
 from pathlib import Path
 
 from ..arguments import number, positive_int
@@ -138,5 +139,9 @@ def cmd_table3(args) -> int:
     from .table3 import run_table
 
     check_table3(args)  # again, for a caller that did not run `commands.main`
-    print(run_table(args))
+    try:
+        print(run_table(args))
+    except RuntimeError as error:  # a row's `train` failed: one line naming the row and its log, which says why
+        print(f"{args.command_parser.prog}: error: {error}", file=sys.stderr)
+        return 1
     return 0
