@@ -96,6 +96,8 @@ def _train(argv: list[str] | None) -> dict:
     where = {}  # the output directory, once the options are parsed: what Ctrl-C keeps is there
     try:
         return _run(given, argv, where)
+    except Interrupted:  # at the end of an update, said already
+        raise
     except KeyboardInterrupt:  # before training, or a second Ctrl-C: what is complete on disk is kept
         raise Interrupted(kept_by_interruption(where.get("out_dir"), given)) from None
 
@@ -257,6 +259,8 @@ def no_progress_bars(training_args, given: list[str]) -> None:
 
     if not any(word.split("=", 1)[0] in ("--disable_tqdm", "--disable-tqdm") for word in given):
         training_args.disable_tqdm = True
+    if hasattr(sys.stdout, "reconfigure"):  # the logged losses (stdout) reach the file as they are printed
+        sys.stdout.reconfigure(line_buffering=True)
     datasets.disable_progress_bars()
     quiet_progress_bars()
 
