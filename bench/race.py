@@ -377,6 +377,9 @@ def opennmt(ctx) -> dict:
     env = {"OMP_NUM_THREADS": str(ctx.threads), "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1"}
     every = max(5, round(ctx.minutes * 2))  # updates between checkpoints: about 30 a run, each ~90 MB, 3 kept
     shutil.rmtree(out / "checkpoints", ignore_errors=True)
+    # One length-sorted bucket per epoch, as fairseq batches an epoch: its default bucket (262,144 pairs) would cycle
+    # a small corpus into it several times over, with copies of a sentence side by side in a batch.
+    bucket = len((spm_dir / f"train.{t}").read_text().splitlines())
     config = {  # JSON is YAML
         "save_data": str(out / "data"),
         "src_vocab": str(out / "vocab.shared"),
@@ -390,6 +393,7 @@ def opennmt(ctx) -> dict:
         "seed": SEED,
         "report_every": 5,
         "num_workers": 0,
+        "bucket_size": bucket,
         "model_dtype": "fp32",
         "model_task": "seq2seq",
         "encoder_type": "transformer",
