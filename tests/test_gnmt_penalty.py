@@ -170,7 +170,7 @@ def peaked_model(seed: int) -> VanillaTransformerForConditionalGeneration:
 
 @pytest.mark.parametrize("early_stopping", ["never", True, False])
 def test_each_stopping_rule_is_the_references_on_peaked_models(early_stopping):
-    for seed in (0, 4, 5):  # on seed 4 the three rules give three different n-best lists (the test below)
+    for seed in (0, 4, 5):  # on seed 0 the three rules give three different n-best lists (the test below)
         model = peaked_model(seed)
         batch = sources(seed)
         ids, mask = padded(batch)
@@ -194,9 +194,9 @@ def test_each_stopping_rule_is_the_references_on_peaked_models(early_stopping):
 
 def test_the_stopping_rules_differ_on_the_peaked_model_the_tests_use():
     """What makes the test above discriminate: a rule swapped for another (or the |Y| ** alpha penalty in the
-    heuristic) changes what `generate` returns for peaked_model(4)."""
-    model = peaked_model(4)
-    ids, mask = padded(sources(4))
+    heuristic) changes what `generate` returns for peaked_model(0)."""
+    model = peaked_model(0)
+    ids, mask = padded(sources(0))
     results = [
         model.generate(
             input_ids=ids,
