@@ -162,11 +162,12 @@ def attention_weights(
             target_ids, generation = _generated_ids(model, input_ids, tokenizer.eos_token_id, kwargs | generate_kwargs)
         else:
             target_ids, generation = tokenizer(text_target=target, verbose=False)["input_ids"], None
-        if limit is not None and len(target_ids) > limit:
-            raise ValueError(
-                f"`target` has {len(target_ids)} tokens (</s> included) but the model takes at most "
-                f"{limit}: pass a shorter translation."
-            )
+            # Only a translation passed in: the model's own is what `generate` gave (sinusoids have every position).
+            if limit is not None and len(target_ids) > limit:
+                raise ValueError(
+                    f"`target` has {len(target_ids)} tokens (</s> included) but the model takes at most "
+                    f"{limit}: pass a shorter translation."
+                )
         decoder_input_ids = [start] + target_ids[:-1]  # "shifted right" (section 3.1)
         outputs = _forward_with_weights(model, input_ids, torch.tensor([decoder_input_ids], device=device))
     finally:
