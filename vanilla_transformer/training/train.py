@@ -172,36 +172,16 @@ def _run(given: list[str], argv: list[str], where: dict) -> dict:
     log_recipe(training_args, run_args, train_pairs)
     log_cpu_float32(model_args, data_args, tok_args, run_args, training_args)
     if training_args.push_to_hub:
-        # A missing or invalid token, or a namespace the token cannot write to, fails here, before any training.
-        # The repo and the `hub_revision` branch are created now: the Trainer pushes while training, and it
-        # never creates a branch itself.
-        from ..hub.push import ensure_repo
-
-        ensure_repo(
-            training_args.hub_model_id or out_dir.name,
-            private=bool(training_args.hub_private_repo),
-            revision=training_args.hub_revision,
-            token=training_args.hub_token,
-        )
+        ensure_hub_repo(training_args, out_dir)
     tokenizer = get_tokenizer(tok_args, data_args, raw, training_args)
     model = build_model(model_args, run_args, tokenizer)
     tokenized = tokenize(raw, tokenizer, data_args, training_args)
-    from .callbacks import Interrupt, RunEnd
+    from .callbacks import Interrupt
     from .trainer import build_trainer, resume_checkpoint
 
     checkpoint = resume_checkpoint(training_args, model.config.d_model)
     interrupt = Interrupt()  # Ctrl-C: a checkpoint at the end of the update, then the command that goes on
-    callbacks = [interrupt]
-    if run_args.max_train_minutes:  # when the run ends: the limit bounds the training, the end of the run follows
-        callbacks.append(
-            RunEnd(
-                run_args.max_train_minutes,
-                validation=len(tokenized.get("validation", ())),
-                test=len(raw["test"]) if data_args.test_split else 0,
-                models=2 if run_args.average_last else 1,
-                evaluates=training_args.eval_strategy != "no",
-            )
-        )
+    callbacks = [interrupt, *run_end(run_args, data_args, training_args, tokenized, raw)]
     trainer = build_trainer(
         model,
         training_args,
@@ -226,6 +206,38 @@ def _run(given: list[str], argv: list[str], where: dict) -> dict:
     return write_report(
         trainer, tokenizer, raw, tokenized["train"], options, train_result, train_seconds, run_started=run_started
     )
+
+
+def ensure_hub_repo(training_args, out_dir: Path) -> None:
+    """A missing or invalid token, or a namespace the token cannot write to, fails here, before any training. The repo
+    and the `hub_revision` branch are created now: the Trainer pushes while training, and it never creates a branch
+    itself."""
+    from ..hub.push import ensure_repo
+
+    ensure_repo(
+        training_args.hub_model_id or out_dir.name,
+        private=bool(training_args.hub_private_repo),
+        revision=training_args.hub_revision,
+        token=training_args.hub_token,
+    )
+
+
+def run_end(run_args, data_args, training_args, tokenized, raw) -> list:
+    """With a time limit, the callback that says when the run ends: the limit bounds the training, the end of the run
+    (the last validation, the test translations, the averaging) follows it."""
+    if not run_args.max_train_minutes:
+        return []
+    from .callbacks import RunEnd
+
+    return [
+        RunEnd(
+            run_args.max_train_minutes,
+            validation=len(tokenized.get("validation", ())),
+            test=len(raw["test"]) if data_args.test_split else 0,
+            models=2 if run_args.average_last else 1,
+            evaluates=training_args.eval_strategy != "no",
+        )
+    ]
 
 
 def quiet_unless_main(environ) -> bool:
