@@ -264,8 +264,7 @@ def fairseq(ctx) -> dict:
             done = int(stats["train_num_updates"]) - updates
             updates, tokens = updates + done, tokens + done * float(stats["train_wpb"])
             train_wall = float(stats["train_wall"])
-    start = time.perf_counter()
-    run(
+    decode_seconds = run(
         [
             str(bin_dir / "fairseq-generate"),
             str(out / "bin"),
@@ -286,7 +285,6 @@ def fairseq(ctx) -> dict:
         out / "generate.log",
         env,
     )
-    decode_seconds = time.perf_counter() - start
     hypotheses = {}
     for line in (out / "generate.log").read_text().splitlines():
         if line.startswith("D-"):
@@ -451,8 +449,7 @@ def opennmt(ctx) -> dict:
         raise SystemExit(
             f"race.py: OpenNMT-py saved no checkpoint in {ctx.minutes:g} minutes: see {out / 'train.log'}"
         )
-    start = time.perf_counter()
-    run(
+    decode_seconds = run(
         [
             str(bin_dir / "onmt_translate"),
             "-model",
@@ -471,7 +468,6 @@ def opennmt(ctx) -> dict:
         out / "translate.log",
         env,
     )
-    decode_seconds = time.perf_counter() - start
     return {
         "version": "OpenNMT-py 3.5.1",
         "precision": "float32",
@@ -599,13 +595,11 @@ def joeynmt(ctx) -> dict:
         if re.search(r" - INFO - .* - (EPOCH 1$|Interrupt at)", line)
     ]
     train_seconds = (stamps[-1] - stamps[0]).total_seconds() if len(stamps) > 1 else seconds
-    start = time.perf_counter()
-    run(
+    decode_seconds = run(
         [python, "-m", "joeynmt", "test", str(out / "test.yaml"), "--output-path", str(out / "hyp")],
         out / "test.log",
         env,
     )
-    decode_seconds = time.perf_counter() - start
     updates, tokens = int(stats["steps"]), int(stats["total_tokens"])
     return {
         "version": "JoeyNMT 2.3.0",
@@ -751,8 +745,7 @@ def sockeye(ctx) -> dict:
     # Real target tokens: the sentences trained on times a training sentence's mean pieces with </s>.
     lengths = [len(line.split()) + 1 for line in (spm_dir / f"train.{t}").read_text().splitlines() if line.strip()]
     tokens = samples * sum(lengths) / len(lengths)
-    start = time.perf_counter()
-    run(
+    decode_seconds = run(
         [
             str(bin_dir / "sockeye-translate"),
             "-m",
@@ -774,7 +767,6 @@ def sockeye(ctx) -> dict:
         out / "translate.log",
         env,
     )
-    decode_seconds = time.perf_counter() - start
     return {
         "version": "Sockeye 3.1.34",
         "precision": "float32",
