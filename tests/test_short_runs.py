@@ -12,8 +12,8 @@ import pytest
 from helpers import tiny_options
 
 from vanilla_transformer.training import callbacks, train
-from vanilla_transformer.training.options import warmup_for_speed
 from vanilla_transformer.training.report import learning_verdict
+from vanilla_transformer.training.schedule import warmup_for_speed
 
 
 @pytest.mark.parametrize(

@@ -23,8 +23,7 @@ from accelerate.utils import broadcast, reduce
 from tqdm.auto import tqdm
 from transformers import ProgressCallback, TrainerCallback
 
-from .options import WARMUP_SHARE, warmup_for_speed
-from .schedule import NoamLR
+from .schedule import WARMUP_SHARE, NoamLR, warmup_for_speed
 
 
 logger = logging.getLogger(__name__)
@@ -76,10 +75,10 @@ class WarmupFitter(TrainerCallback):
     """Fits the warm-up of a time-limited run of the paper's schedule to the speed measured in the run: after its first
     updates (update 1, the start-up, left out; then FIT_UPDATES updates, or fewer once they took FIT_SHARE of the
     limit, at least 2), the warm-up becomes at most a quarter of the updates that speed projects into the limit
-    (`options.warmup_for_speed`), through `NoamLR.set_warmup`; with `scale_factor` (the command line did not set
+    (`schedule.warmup_for_speed`), through `NoamLR.set_warmup`; with `scale_factor` (the command line did not set
     `lr_factor`), the factor is scaled by sqrt(fitted / before) to keep the peak. `args.warmup_steps`, `args.lr_factor`
     and `args.warmup_fitted` (results.json's record) follow. A resumed run is not fitted again: it keeps the warm-up of
-    its checkpoint's schedule (`options.keep_schedule_of_checkpoint`). Add it after the `TimeLimit`, whose reading
+    its checkpoint's schedule (`schedule.keep_schedule_of_checkpoint`). Add it after the `TimeLimit`, whose reading
     (the main process's) it uses, so that every process fits the same warm-up."""
 
     FIT_UPDATES = 20

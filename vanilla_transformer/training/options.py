@@ -17,7 +17,6 @@ import argparse
 import dataclasses
 import json
 import logging
-import math
 import os
 import sys
 import typing
@@ -49,6 +48,7 @@ from .preflight import (  # the command line's part that needs neither torch nor
     read_recipe,
     resume_value,
 )
+from .schedule import fit_warmup_of, keep_schedule_of_checkpoint
 
 
 logger = logging.getLogger(__name__)
@@ -56,47 +56,6 @@ logger = logging.getLogger(__name__)
 MODEL_PRESETS = tuple(PRESETS)  # --preset: the model sizes of the paper's Table 3, and the small one
 KEEP_CHECKPOINTS = ("averaged", "last", "all")  # --keep_checkpoints: see RunArguments
 LR_SCHEDULES = ("noam", "trainer")
-# The largest share of a run's updates that a warm-up the command line did not set takes: of a `max_steps` budget
-# (`fit_warmup`), or of the updates a time-limited run is measured to make in its limit (`warmup_for_speed`). The
-# largest share a shipped recipe's warm-up takes of its own hour, so that no hour on the machine it was chosen on gets
-# a shorter one: float32, 1,600 of 6,160-6,306 updates (docs/results.md); bfloat16, 800 of ~6,000
-# (docs/training.md, "A warm-up fitted to the run").
-WARMUP_SHARE = 0.25
-
-
-def fit_warmup(warmup: float, minutes: float | None, recipe_minutes: float | None, max_steps: int) -> float:
-    """A recipe's warm-up (updates) fitted to a run's budget, for a warm-up the command line does not set: scaled by
-    `minutes / recipe_minutes` when the run's time limit is shorter than the one the recipe's warm-up was chosen for
-    (the Multi30k recipes' 60), and at most WARMUP_SHARE of `max_steps` (when positive). A warm-up below 1 (a ratio
-    of `max_steps`, the Trainer's convention) already scales and is returned as it is.
-
-    Why: a warm-up is sized for its run. The float32 recipe's 1,600 updates are a quarter of its hour; a 10-minute run
-    makes ~1,400 updates, and would stop inside that warm-up with a model that cannot have learned. (`parse_args`
-    also scales `lr_factor` by sqrt(fitted / warmup), unless the command line sets it, to keep the schedule's peak.)"""
-    if warmup < 1:
-        return warmup
-    fitted = warmup
-    if minutes and recipe_minutes and minutes < recipe_minutes:
-        fitted = warmup * minutes / recipe_minutes
-    if max_steps > 0:
-        fitted = min(fitted, WARMUP_SHARE * max_steps)
-    return max(1, round(fitted))
-
-
-def warmup_for_speed(
-    warmup: int, done: int, updates_per_second: float, seconds_left: float, max_steps: int
-) -> tuple[int, int]:
-    """(warm-up, expected updates) of a time-limited run once it has measured its speed (`callbacks.WarmupFitter`):
-    the run will make `done` updates plus `updates_per_second` over `seconds_left` (no more than `max_steps`, when
-    positive), and its warm-up is at most WARMUP_SHARE of them, never longer than `warmup`, its recipe's (at least 1).
-
-    Why measured: a recipe's warm-up is sized for its hour on the machine it was chosen on (800 of ~6,000 bfloat16
-    updates). Scaled to a shorter limit at that machine's speed, it swallowed a 4-minute run on a busy 2-core CPU
-    (40 updates inside a warm-up of 53); fitted to the run's own speed, it is a quarter of them (10)."""
-    expected = done + updates_per_second * seconds_left
-    if max_steps > 0:
-        expected = min(expected, max_steps)
-    return max(1, min(warmup, round(WARMUP_SHARE * expected))), round(expected)
 
 
 def check_positive_int(name: str, value, *, allow_none: bool = False, allow_zero: bool = False) -> None:
@@ -651,7 +610,7 @@ def parse_args(argv: list[str] | None = None, train_pairs: int | None = None):
     """The five dataclasses from the command line, a recipe giving defaults that the command line overrides: the one
     `--recipe` names, or without it the recipe for a corpus of `train_pairs` training pairs (`default_recipe`; the
     small-corpus one while that is unknown). A warm-up the command line does not set is fitted to the run's budget
-    (`fit_warmup`), and `--num_train_epochs` given without `--max_steps` counts (a recipe's `max_steps` would
+    (`schedule.fit_warmup`), and `--num_train_epochs` given without `--max_steps` counts (a recipe's `max_steps` would
     override it). Every error is a ValueError whose message names the option in backticks (`as_flags` turns them
     into flags); `--help` / `--help_all` print and exit.
 
@@ -692,55 +651,9 @@ def parse_args(argv: list[str] | None = None, train_pairs: int | None = None):
     if training_args.resume_from_checkpoint:
         keep_schedule_of_checkpoint(training_args, given)
     elif "warmup_steps" not in given:
-        fit_warmup_of(training_args, run_args, recipe, lr_factor_given="lr_factor" in given)
+        minutes, recipe_minutes = run_args.max_train_minutes, recipe.get("max_train_minutes")
+        fit_warmup_of(training_args, minutes, recipe_minutes, lr_factor_given="lr_factor" in given)
     return parsed
-
-
-def keep_schedule_of_checkpoint(training_args, given) -> None:
-    """A resumed run keeps the warm-up and lr_factor its checkpoint's schedule has (`scheduler.pt`), those the
-    command line does not set: fitted to the budget or the speed of the run that began it, they would be fitted
-    otherwise now, and the trainer refuses a checkpoint whose schedule differs from the arguments."""
-    from ..checkpoints import last_checkpoint
-
-    checkpoint = training_args.resume_from_checkpoint
-    if checkpoint is True:
-        checkpoint = last_checkpoint(training_args.output_dir)
-    path = Path(checkpoint or "") / "scheduler.pt"
-    if training_args.lr_schedule != "noam" or not path.is_file():
-        return  # a stock schedule, or no schedule saved: the trainer says what is wrong
-    saved = torch.load(path, map_location="cpu", weights_only=True)  # numbers only
-    if "factor" not in saved:
-        return  # saved by a stock Trainer schedule: the trainer refuses it for `lr_schedule` noam
-    kept = {}
-    for name, key in (("warmup_steps", "warmup_steps"), ("lr_factor", "factor")):
-        if name not in given and getattr(training_args, name) != saved[key]:
-            kept[name] = [getattr(training_args, name), saved[key]]
-            setattr(training_args, name, saved[key])
-    if kept:
-        training_args.warmup_fitted = {**kept, "kept_from": Path(checkpoint).name}
-
-
-def fit_warmup_of(training_args, run_args, recipe: dict, lr_factor_given: bool) -> None:
-    """`fit_warmup` applied to the arguments, and recorded in `training_args.warmup_fitted`. A time-limited run of the
-    paper's schedule keeps its recipe's warm-up (capped by `max_steps`) until it has measured its speed: then
-    `callbacks.WarmupFitter` fits it (`warmup_for_speed`); other schedules cannot change during the run, and scale
-    it by the time limit."""
-    warmup = training_args.warmup_steps
-    minutes = run_args.max_train_minutes
-    if minutes and training_args.lr_schedule == "noam" and warmup >= 1:
-        training_args.fit_warmup_to_speed = {"lr_factor": not lr_factor_given}
-        minutes = None
-    fitted = fit_warmup(warmup, minutes, recipe.get("max_train_minutes"), training_args.max_steps)
-    if fitted != warmup:
-        training_args.warmup_steps = fitted
-        training_args.warmup_fitted = {"warmup_steps": [warmup, fitted]}
-        if not lr_factor_given:
-            # The same peak after the shorter warm-up: section 5.3's schedule peaks at lr_factor * (d_model *
-            # warmup_steps)^-0.5, and a higher peak trained this model worse (the recipe search's run with a warm-up
-            # of 400 instead of 800 at the same factor: git show bbc37b1:bench/multi30k_search.md).
-            factor = round(training_args.lr_factor * math.sqrt(fitted / warmup), 6)
-            training_args.warmup_fitted["lr_factor"] = [training_args.lr_factor, factor]
-            training_args.lr_factor = factor
 
 
 def check_combination(given: set[str], model_args, data_args, tok_args, run_args, training_args) -> None:

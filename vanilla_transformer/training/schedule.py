@@ -36,12 +36,27 @@ shorter warm-up with the same peak ramps faster).
 The scheduler's state is the step counter, the warm-up and factor, and the cool-down's two update numbers, so
 `state_dict` / `load_state_dict` (the Trainer's `scheduler.pt`) restore it exactly: a resumed run keeps the warm-up it
 began with.
+
+Every rule of the learning rate is here, the options (options.py) only carry its values: the schedule (`NoamLR`), the
+warm-up fitted to a run's budget before it starts (`fit_warmup`, `fit_warmup_of`) and to its measured speed during it
+(`warmup_for_speed`, which `callbacks.WarmupFitter` applies), the cool-down planned over the last steps
+(`planned_cooldown`; `callbacks.CooldownPlanner` moves it earlier in a timed run), and what a resumed run takes from
+its checkpoint's schedule (`keep_schedule_of_checkpoint`) and refuses (`check_schedule_of`).
 """
 
 from __future__ import annotations
 
+import math
+from pathlib import Path
+
+import torch
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
+
+from ..checkpoints import last_checkpoint
+
+
+SCHEDULER_FILE = "scheduler.pt"  # the Trainer's name for a checkpoint's schedule (transformers.trainer.SCHEDULER_NAME)
 
 
 def _check_positive(name: str, value, integer: bool) -> None:
@@ -179,6 +194,143 @@ class NoamLR(LRScheduler):
         else:
             lr = _lrate(step, self.d_model, self.warmup_steps, self.factor)
         return [lr for _ in self.optimizer.param_groups]
+
+
+def planned_cooldown(fraction: float, steps: int) -> tuple[int | None, int | None]:
+    """(start, end) of a cool-down over the last `fraction` of `steps` updates, or (None, None): none asked for, or a
+    run too short for one. A timed run's `steps` is only a ceiling: `callbacks.CooldownPlanner` moves it earlier."""
+    start = max(round((1 - fraction) * steps), 1)
+    return (start, steps) if fraction and start < steps else (None, None)
+
+
+# ---- the warm-up fitted to the run -----------------------------------------------------------------------------------
+
+# The largest share of a run's updates that a warm-up the command line did not set takes: of a `max_steps` budget
+# (`fit_warmup`), or of the updates a time-limited run is measured to make in its limit (`warmup_for_speed`). The
+# largest share a shipped recipe's warm-up takes of its own hour, so that no hour on the machine it was chosen on gets
+# a shorter one: float32, 1,600 of 6,160-6,306 updates (docs/results.md); bfloat16, 800 of ~6,000
+# (docs/training.md, "A warm-up fitted to the run").
+WARMUP_SHARE = 0.25
+
+
+def fit_warmup(warmup: float, minutes: float | None, recipe_minutes: float | None, max_steps: int) -> float:
+    """A recipe's warm-up (updates) fitted to a run's budget, for a warm-up the command line does not set: scaled by
+    `minutes / recipe_minutes` when the run's time limit is shorter than the one the recipe's warm-up was chosen for
+    (the Multi30k recipes' 60), and at most WARMUP_SHARE of `max_steps` (when positive). A warm-up below 1 (a ratio
+    of `max_steps`, the Trainer's convention) already scales and is returned as it is.
+
+    Why: a warm-up is sized for its run. The float32 recipe's 1,600 updates are a quarter of its hour; a 10-minute run
+    makes ~1,400 updates, and would stop inside that warm-up with a model that cannot have learned. (`fit_warmup_of`
+    also scales `lr_factor` by sqrt(fitted / warmup), unless the command line sets it, to keep the schedule's peak.)"""
+    if warmup < 1:
+        return warmup
+    fitted = warmup
+    if minutes and recipe_minutes and minutes < recipe_minutes:
+        fitted = warmup * minutes / recipe_minutes
+    if max_steps > 0:
+        fitted = min(fitted, WARMUP_SHARE * max_steps)
+    return max(1, round(fitted))
+
+
+def fit_warmup_of(training_args, minutes: float | None, recipe_minutes: float | None, lr_factor_given: bool) -> None:
+    """`fit_warmup` applied to the arguments, recorded in `training_args.warmup_fitted`. A time-limited run of the
+    paper's schedule (`minutes`) keeps its recipe's warm-up (capped by `max_steps`) until it has measured its speed:
+    then `callbacks.WarmupFitter` fits it (`warmup_for_speed`; `training_args.fit_warmup_to_speed` asks for it);
+    other schedules cannot change during the run, and scale it by the time limit."""
+    warmup = training_args.warmup_steps
+    if minutes and training_args.lr_schedule == "noam" and warmup >= 1:
+        training_args.fit_warmup_to_speed = {"lr_factor": not lr_factor_given}
+        minutes = None
+    fitted = fit_warmup(warmup, minutes, recipe_minutes, training_args.max_steps)
+    if fitted != warmup:
+        training_args.warmup_steps = fitted
+        training_args.warmup_fitted = {"warmup_steps": [warmup, fitted]}
+        if not lr_factor_given:
+            # The same peak after the shorter warm-up: section 5.3's schedule peaks at lr_factor * (d_model *
+            # warmup_steps)^-0.5, and a higher peak trained this model worse (the recipe search's run with a warm-up
+            # of 400 instead of 800 at the same factor: git show bbc37b1:bench/multi30k_search.md).
+            factor = round(training_args.lr_factor * math.sqrt(fitted / warmup), 6)
+            training_args.warmup_fitted["lr_factor"] = [training_args.lr_factor, factor]
+            training_args.lr_factor = factor
+
+
+def warmup_for_speed(
+    warmup: int, done: int, updates_per_second: float, seconds_left: float, max_steps: int
+) -> tuple[int, int]:
+    """(warm-up, expected updates) of a time-limited run once it has measured its speed (`callbacks.WarmupFitter`):
+    the run will make `done` updates plus `updates_per_second` over `seconds_left` (no more than `max_steps`, when
+    positive), and its warm-up is at most WARMUP_SHARE of them, never longer than `warmup`, its recipe's (at least 1).
+
+    Why measured: a recipe's warm-up is sized for its hour on the machine it was chosen on (800 of ~6,000 bfloat16
+    updates). Scaled to a shorter limit at that machine's speed, it swallowed a 4-minute run on a busy 2-core CPU
+    (40 updates inside a warm-up of 53); fitted to the run's own speed, it is a quarter of them (10)."""
+    expected = done + updates_per_second * seconds_left
+    if max_steps > 0:
+        expected = min(expected, max_steps)
+    return max(1, min(warmup, round(WARMUP_SHARE * expected))), round(expected)
+
+
+# ---- a resumed run's schedule ----------------------------------------------------------------------------------------
+
+
+def saved_schedule(checkpoint) -> dict | None:
+    """The schedule's state a checkpoint saved (`scheduler.pt`: numbers only, no pickled objects), or None where it
+    saved none (`save_only_model`)."""
+    path = Path(checkpoint) / SCHEDULER_FILE
+    return torch.load(path, map_location="cpu", weights_only=True) if path.is_file() else None
+
+
+def keep_schedule_of_checkpoint(training_args, given) -> None:
+    """A resumed run keeps the warm-up and lr_factor its checkpoint's schedule has, those the command line (`given`)
+    does not set: fitted to the budget or the speed of the run that began it, they would be fitted otherwise now, and
+    `check_schedule_of` refuses a checkpoint whose schedule differs from the arguments."""
+    checkpoint = training_args.resume_from_checkpoint
+    if checkpoint is True:
+        checkpoint = last_checkpoint(training_args.output_dir)
+    saved = saved_schedule(checkpoint or "") if training_args.lr_schedule == "noam" else None
+    if saved is None or "factor" not in saved:
+        return  # a stock schedule, none saved, or a stock one saved: `check_schedule_of` says what is wrong
+    kept = {}
+    for name, key in (("warmup_steps", "warmup_steps"), ("lr_factor", "factor")):
+        if name not in given and getattr(training_args, name) != saved[key]:
+            kept[name] = [getattr(training_args, name), saved[key]]
+            setattr(training_args, name, saved[key])
+    if kept:
+        training_args.warmup_fitted = {**kept, "kept_from": Path(checkpoint).name}
+
+
+def check_schedule_of(checkpoint: str, args, d_model: int | None) -> None:
+    """ValueError unless the checkpoint's schedule is the one `args` (VanillaTrainingArguments) ask for: the Trainer
+    would restore the checkpoint's, silently ignoring the new values."""
+    saved = saved_schedule(checkpoint)
+    if saved is None:
+        return  # a checkpoint saved without optimizer state (`save_only_model`): nothing is restored
+    paper_schedule = args.lr_schedule == "noam"
+    if paper_schedule != ("factor" in saved):
+        kind = "the paper's learning-rate schedule" if "factor" in saved else "a stock Trainer schedule"
+        raise ValueError(
+            f"Checkpoint {checkpoint!r} was trained with {kind}, but this run sets "
+            f"`lr_schedule`={args.lr_schedule!r} ({args.lr_scheduler_type!r}): "
+            f"resume with the checkpoint's schedule, or start a new run from its weights (`--init_from`)."
+        )
+    if paper_schedule:
+        # A warm-up given as a ratio depends on the step count, known here only from `max_steps`.
+        warmup = saved["warmup_steps"]
+        if args.warmup_steps >= 1 or args.max_steps > 0:
+            warmup = args.get_warmup_steps(args.max_steps)
+        ours = {"warmup_steps": warmup, "lr_factor": float(args.lr_factor), "d_model": d_model}
+        theirs = {"warmup_steps": saved["warmup_steps"], "lr_factor": saved["factor"], "d_model": saved["d_model"]}
+    else:
+        ours, theirs = {"learning_rate": args.learning_rate}, {"learning_rate": saved["base_lrs"][0]}
+    changed = [name for name in ours if ours[name] != theirs[name]]
+    if changed:
+        raise ValueError(
+            f"Checkpoint {checkpoint!r} has the learning-rate schedule "
+            f"{', '.join(f'{n}={theirs[n]!r}' for n in changed)}, but this run sets "
+            f"{', '.join(f'{n}={ours[n]!r}' for n in changed)}; resuming would restore the checkpoint's values "
+            f"and ignore these. Pass the checkpoint's values to continue its run, or start a new run from its weights "
+            f"(`--init_from`)."
+        )
 
 
 __all__ = ["NoamLR", "noam_learning_rate", "peak_learning_rate"]

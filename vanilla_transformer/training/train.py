@@ -354,7 +354,7 @@ def log_recipe(training_args, run_args: RunArguments, train_pairs: int) -> None:
             else "",
         )
     if training_args.fit_warmup_to_speed:
-        from .options import WARMUP_SHARE
+        from .schedule import WARMUP_SHARE
 
         logger.info(
             "Warm-up: %s updates until this run has measured its speed over its first updates, then at most %.0f%% "

@@ -41,7 +41,6 @@ from __future__ import annotations
 import ast
 import logging
 import math
-import os
 from functools import partial
 
 import datasets
@@ -50,7 +49,7 @@ from accelerate.data_loader import prepare_data_loader
 from torch.utils.data import DataLoader
 from transformers import Seq2SeqTrainer
 from transformers.modeling_outputs import BaseModelOutput
-from transformers.trainer import SCHEDULER_NAME, TRAINER_STATE_NAME
+from transformers.trainer import TRAINER_STATE_NAME
 from transformers.trainer_utils import seed_worker
 
 from ..checkpoints import has_resume_state, is_complete_checkpoint, last_checkpoint, remove_incomplete_checkpoints
@@ -61,7 +60,7 @@ from ..loss_vanilla_transformer import label_smoothed_cross_entropy, per_target_
 from ..precision import fast_attention_implementation, use_attention
 from .augmentation import maybe_reverse, merge_tree, sentence_pairs, split_batch, update_seed
 from .options import VanillaTrainingArguments
-from .schedule import NoamLR, peak_learning_rate
+from .schedule import NoamLR, check_schedule_of, peak_learning_rate, planned_cooldown
 
 
 logger = logging.getLogger(__name__)
@@ -279,39 +278,6 @@ def resume_checkpoint(args: VanillaTrainingArguments, d_model: int | None) -> st
     return checkpoint
 
 
-def check_schedule_of(checkpoint: str, args: VanillaTrainingArguments, d_model: int | None) -> None:
-    path = os.path.join(checkpoint, SCHEDULER_NAME)
-    if not os.path.isfile(path):
-        return  # a checkpoint saved without optimizer state (`save_only_model`): nothing is restored
-    saved = torch.load(path, map_location="cpu", weights_only=True)  # numbers only, no pickled objects
-    paper_schedule = args.lr_schedule == "noam"
-    if paper_schedule != ("factor" in saved):
-        kind = "the paper's learning-rate schedule" if "factor" in saved else "a stock Trainer schedule"
-        raise ValueError(
-            f"Checkpoint {checkpoint!r} was trained with {kind}, but this run sets "
-            f"`lr_schedule`={args.lr_schedule!r} ({args.lr_scheduler_type!r}): "
-            f"resume with the checkpoint's schedule, or start a new run from its weights (`--init_from`)."
-        )
-    if paper_schedule:
-        # A warm-up given as a ratio depends on the step count, known here only from `max_steps`.
-        warmup = saved["warmup_steps"]
-        if args.warmup_steps >= 1 or args.max_steps > 0:
-            warmup = args.get_warmup_steps(args.max_steps)
-        ours = {"warmup_steps": warmup, "lr_factor": float(args.lr_factor), "d_model": d_model}
-        theirs = {"warmup_steps": saved["warmup_steps"], "lr_factor": saved["factor"], "d_model": saved["d_model"]}
-    else:
-        ours, theirs = {"learning_rate": args.learning_rate}, {"learning_rate": saved["base_lrs"][0]}
-    changed = [name for name in ours if ours[name] != theirs[name]]
-    if changed:
-        raise ValueError(
-            f"Checkpoint {checkpoint!r} has the learning-rate schedule "
-            f"{', '.join(f'{n}={theirs[n]!r}' for n in changed)}, but this run sets "
-            f"{', '.join(f'{n}={ours[n]!r}' for n in changed)}; resuming would restore the checkpoint's values "
-            f"and ignore these. Pass the checkpoint's values to continue its run, or start a new run from its weights "
-            f"(`--init_from`)."
-        )
-
-
 class VanillaTransformerTrainer(Seq2SeqTrainer):
     """`Seq2SeqTrainer` with the paper's schedule, token-based batches, the label-smoothed loss's logs and BLEU
     evaluation; its methods come in the order of the module docstring's update. Build it with `build_trainer`, which
@@ -452,12 +418,7 @@ class VanillaTransformerTrainer(Seq2SeqTrainer):
                     "VanillaTransformer model, or `lr_schedule='trainer'` with `learning_rate`."
                 )
             warmup = self.args.get_warmup_steps(num_training_steps)
-            # A cool-down over the last `lr_cooldown` of the steps; `callbacks.CooldownPlanner` moves it earlier when
-            # a time limit comes first (a timed run's `max_steps` is only a ceiling).
-            start = max(round((1 - self.args.lr_cooldown) * num_training_steps), 1)
-            cooldown = (None, None)  # none asked for, or a run too short for one
-            if self.args.lr_cooldown and start < num_training_steps:
-                cooldown = (start, num_training_steps)
+            cooldown = planned_cooldown(self.args.lr_cooldown, num_training_steps)
             self.lr_scheduler = NoamLR(
                 self.optimizer if optimizer is None else optimizer,
                 d_model=d_model,
