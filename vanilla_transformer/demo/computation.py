@@ -13,7 +13,12 @@ import torch
 from transformers import LogitsProcessor, LogitsProcessorList
 
 from ..evaluation.attention import CONTINUATION, AttentionWeights, attention_weights, token_labels
-from ..generation_vanilla_transformer import check_decoding, gnmt_length_penalty, length_penalty_form
+from ..generation_vanilla_transformer import (
+    beams_to_keep,
+    check_decoding,
+    length_penalty_divisor,
+    length_penalty_form,
+)
 from ..pipeline_vanilla_transformer import fit_source
 
 
@@ -113,7 +118,7 @@ class Candidate:
     length: int  # of the whole hypothesis, in tokens
     log_prob: float  # cumulative log-probability (beam search) or the new token's log-probability (one hypothesis)
     status: str  # "kept" (continues), "ended" (</s>: a finished hypothesis), "dropped", "chosen", "alternative"
-    score: float | None = None  # of an ended hypothesis: log_prob / length ** length_penalty, what beams compete on
+    score: float | None = None  # of an ended hypothesis: log_prob / the form's length penalty, what beams compete on
     final: bool = False  # the hypothesis `generate` returned
 
 
@@ -170,7 +175,7 @@ def decoding_steps(
     # The GNMT form (tensor2tensor's search): any ending candidate of the 2 x beams may finish, not only the best.
     gnmt = length_penalty_form == "gnmt"
     vocab = scores[0].shape[-1]
-    keep = max(2, 1 + len(eos_token_ids)) * beams  # generate's `beams_to_keep`
+    keep = beams_to_keep(beams, eos_token_ids)  # the candidates the search ranks per step
     length_limited = not any(t in eos_token_ids for t in final[1:])  # the search ended at its length limit
     # The returned hypothesis: the running beam each of its tokens came from (-1 past its end), so its last token is
     # the candidate (that beam, that token) of the step it ended at.
@@ -196,9 +201,7 @@ def decoding_steps(
             elif (rank < beams or gnmt) and (token in eos_token_ids or (last and length_limited)):
                 candidate.status = "ended"
                 length = t + 1
-                candidate.score = value / (
-                    gnmt_length_penalty(length, length_penalty) if gnmt else length**length_penalty
-                )
+                candidate.score = value / length_penalty_divisor(length_penalty_form, length, length_penalty)
             candidates.append(candidate)
         steps.append(Step(t, candidates))
         if not last:

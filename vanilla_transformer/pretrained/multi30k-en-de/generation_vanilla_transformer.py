@@ -1,4 +1,5 @@
-"""The decoding rules, written once: the length penalty's forms, the GNMT penalty, and the check of the decoding options.
+"""The decoding rules, written once: the length penalty's forms, the GNMT penalty, the beam's candidates per step, and
+the check of the decoding options.
 
 Section 6.1 decodes "with a beam size of 4 and length penalty alpha = 0.6 (Wu et al., 2016)": the GNMT penalty of the
 authors' tensor2tensor (`utils/beam_search.py`) and of OpenNMT-py (`-length_penalty wu`). transformers' beam search
@@ -7,7 +8,8 @@ picks one; saved in generation_config.json as an extra attribute (transformers k
 
 A remote-code file that imports only the standard library: the model code imports it (a relative import, so
 `save_pretrained` copies it beside the model), and so do the command line (it checks the decoding options before
-torch is loaded), the training options, the library's `translate`, the CTranslate2 engine and the web demo.
+torch is loaded), the training options, the library's `translate`, the CTranslate2 engine and the web demo (whose
+decoding steps redo the search's ranking with these same rules).
 """
 
 import math
@@ -23,6 +25,18 @@ def gnmt_length_penalty(length: int, alpha: float) -> float:
     """lp(Y) = ((5 + |Y|) / 6) ** alpha (Wu et al., 2016, eq. 14); |Y| counts the generated tokens, `</s>` included,
     as tensor2tensor counts them."""
     return ((5.0 + length) / 6.0) ** alpha
+
+
+def length_penalty_divisor(form: str, length: int, alpha: float) -> float:
+    """What a finished hypothesis' log P(Y) is divided by in the form `form` (LENGTH_PENALTY_FORMS): |Y| ** alpha for
+    "length" (transformers' beam search), the GNMT lp(Y) for "gnmt"; |Y| counts the generated tokens, `</s>` included."""
+    return gnmt_length_penalty(length, alpha) if form == "gnmt" else length**alpha
+
+
+def beams_to_keep(num_beams: int, eos_token_ids) -> int:
+    """How many candidates a beam search step ranks: 2 x beam, more with several end tokens (tensor2tensor's
+    2 * beam_size, transformers' `beams_to_keep`), so that `num_beams` of them still run when the best ones all end."""
+    return max(2, 1 + len(eos_token_ids)) * num_beams
 
 
 def check_decoding(
@@ -105,4 +119,11 @@ def length_penalty_form(generation_config, **overrides) -> str:
     return form
 
 
-__all__ = ["LENGTH_PENALTY_FORMS", "check_decoding", "gnmt_length_penalty", "length_penalty_form"]
+__all__ = [
+    "LENGTH_PENALTY_FORMS",
+    "beams_to_keep",
+    "check_decoding",
+    "gnmt_length_penalty",
+    "length_penalty_divisor",
+    "length_penalty_form",
+]
