@@ -1,7 +1,7 @@
 """Decoding speed with the GNMT length penalty (`length_penalty_form="gnmt"`, section 6.1's decoding) against
 transformers' own beam search (the default form, |Y| ** alpha), on the same sentences in the same run.
 
-The GNMT form runs the package's search (`gnmt_beam_search`, modeling_vanilla_transformer.py: transformers' beam
+The GNMT form runs the package's search (`gnmt_beam_search`, search_vanilla_transformer.py: transformers' beam
 search operation for operation, with the GNMT rules, through `generate`'s `custom_generate` hook), so the target is
 "within 5%" of the stock search. A randomly initialised model of
 a preset (default `small`) translates the first `--sentences` Multi30k EN validation sentences in batches, beam 4,

@@ -53,6 +53,7 @@ EXPECTED_FILES = {
     "loss_vanilla_transformer.py",
     "pipeline_vanilla_transformer.py",
     "generation_vanilla_transformer.py",
+    "search_vanilla_transformer.py",
     "tokenizer.json",
     "tokenizer_config.json",
     "results.json",
@@ -597,6 +598,7 @@ def test_incomplete_directories_are_refused_before_any_network_call(run, tmp_pat
         "loss_vanilla_transformer.py": "names code in 'loss_vanilla_transformer.py'",
         "configuration_vanilla_transformer.py": "names code in 'configuration_vanilla_transformer.py'",
         "generation_vanilla_transformer.py": "names code in 'generation_vanilla_transformer.py'",
+        "search_vanilla_transformer.py": "names code in 'search_vanilla_transformer.py'",
     }
     for missing, message in cases.items():
         copy = tmp_path / missing

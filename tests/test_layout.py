@@ -1,5 +1,6 @@
 """The package's layout as docs/architecture.md states it: no import cycle between its modules, remote-code files that
-import only torch, transformers and each other, the floors, and functions one can read at once."""
+import only the standard library, torch, transformers (huggingface_hub) and each other, the floors, and functions one
+can read at once."""
 
 import ast
 import sys
@@ -70,7 +71,7 @@ def test_remote_code_files_import_only_torch_transformers_and_each_other():
 
 # The functions allowed over 80 lines, each with its reason (module path inside the package, function name).
 LONG_FUNCTIONS: dict[tuple[str, str], str] = {
-    ("modeling_vanilla_transformer.py", "gnmt_beam_search"): (
+    ("search_vanilla_transformer.py", "gnmt_beam_search"): (
         "transformers' beam search loop, step for step, so that it can be read beside it (lettered steps a-g as "
         "there); split, its dozen running tensors would travel through every call"
     ),
@@ -99,6 +100,7 @@ FLOORS = {
         "vanilla_transformer.loss_vanilla_transformer",
         "vanilla_transformer.pipeline_vanilla_transformer",
         "vanilla_transformer.generation_vanilla_transformer",
+        "vanilla_transformer.search_vanilla_transformer",
     ],
     "library": [
         "vanilla_transformer.data",

@@ -105,8 +105,8 @@ def test_the_check_sees_what_it_must_refuse():
 
 
 def test_transformers_versions_are_known_in_one_place():
-    """Only the modeling file's compatibility section tells transformers releases apart, and it reads an output class's
-    fields, not a version number."""
+    """Only the search file's compatibility section (the model imports it) tells transformers releases apart, and it
+    reads an output class's fields, not a version number."""
     tells_versions = []
     for path in source_files():
         text = path.read_text()
@@ -126,7 +126,7 @@ def test_both_sides_of_the_cache_rename(monkeypatch, recwarn):
 
     from transformers.modeling_outputs import Seq2SeqLMOutput
 
-    from vanilla_transformer import modeling_vanilla_transformer as modeling
+    from vanilla_transformer import search_vanilla_transformer as bridge
 
     @dataclass
     class Before:  # an output class of 5.17-5.23
@@ -138,18 +138,18 @@ def test_both_sides_of_the_cache_rename(monkeypatch, recwarn):
         logits: object = None
         cache: object = None
 
-    assert (modeling.cache_field(Before), modeling.cache_field(Since)) == ("past_key_values", "cache")
-    assert modeling.cache_field(Seq2SeqLMOutput) == modeling.CACHE_NAME
+    assert (bridge.cache_field(Before), bridge.cache_field(Since)) == ("past_key_values", "cache")
+    assert bridge.cache_field(Seq2SeqLMOutput) == bridge.CACHE_NAME
     for side, output_class in (("past_key_values", Before), ("cache", Since)):
-        monkeypatch.setattr(modeling, "CACHE_NAME", side)
-        assert getattr(modeling.with_cache(output_class, "kv", logits=1), side) == "kv"
+        monkeypatch.setattr(bridge, "CACHE_NAME", side)
+        assert getattr(bridge.with_cache(output_class, "kv", logits=1), side) == "kv"
 
     def forward(self, cache=None):
         return cache
 
     for side in ("past_key_values", "cache"):
-        monkeypatch.setattr(modeling, "CACHE_NAME", side)
-        method = modeling.takes_cache("9.0.0")(forward)
+        monkeypatch.setattr(bridge, "CACHE_NAME", side)
+        method = bridge.takes_cache("9.0.0")(forward)
         recwarn.clear()
         assert method(object(), cache="kv") == "kv" and not recwarn.list
         assert method(object(), past_key_values="kv") == "kv"
