@@ -143,7 +143,7 @@ def test_n_best_indices_count_through_the_windows(tiny_model, source, tmp_path):
 def interrupt_after(monkeypatch, windows: int) -> list[int]:
     """Make the `windows + 1`-th window's translation raise KeyboardInterrupt (Ctrl-C part-way); returns the sizes
     of the windows translated."""
-    real, sizes = translate_module.translate, []
+    real, sizes = translate_module._translate, []
 
     def translate(model, tokenizer, sentences, **kwargs):
         if len(sizes) == windows:
@@ -151,7 +151,7 @@ def interrupt_after(monkeypatch, windows: int) -> list[int]:
         sizes.append(len(sentences))
         return real(model, tokenizer, sentences, **kwargs)
 
-    monkeypatch.setattr(translate_module, "translate", translate)
+    monkeypatch.setattr(translate_module, "_translate", translate)  # what translate_stream runs per window
     return sizes
 
 
@@ -187,7 +187,7 @@ def test_an_existing_output_is_replaced_only_by_a_finished_run(tiny_model, sourc
 
 
 def test_a_crash_part_way_keeps_the_finished_windows_and_says_where(tiny_model, source, tmp_path, monkeypatch, capsys):
-    real, calls = translate_module.translate, []
+    real, calls = translate_module._translate, []
 
     def translate(model, tokenizer, sentences, **kwargs):  # the third window runs out of memory
         calls.append(len(sentences))
@@ -195,7 +195,7 @@ def test_a_crash_part_way_keeps_the_finished_windows_and_says_where(tiny_model, 
             raise RuntimeError("out of memory")
         return real(model, tokenizer, sentences, **kwargs)
 
-    monkeypatch.setattr(translate_module, "translate", translate)
+    monkeypatch.setattr(translate_module, "_translate", translate)  # what translate_stream runs per window
     (tmp_path / "out.de").write_text("earlier output\n", encoding="utf-8")
     with pytest.raises(RuntimeError, match="out of memory"):  # an unexpected error keeps its traceback
         run_translate(tiny_model, source, tmp_path / "out.de", "--window", "6")

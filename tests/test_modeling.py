@@ -965,10 +965,10 @@ def test_clear_errors_for_bad_input():
     [
         (dict(d_model=30), "divisible"),
         (dict(d_model=30, qk_head_dim=8), r"divisible by `encoder_attention_heads` \(4\) so that v_head_dim"),
-        (dict(qk_head_dim=0), r"`qk_head_dim` must be a positive integer or None"),
-        (dict(v_head_dim=-4), r"`v_head_dim` must be a positive integer or None"),
+        (dict(qk_head_dim=0), r"`qk_head_dim` must be at least 1 or None \(None = d_model / h\), got 0"),
+        (dict(v_head_dim=-4), r"`v_head_dim` must be at least 1 or None \(None = d_model / h\), got -4"),
         (dict(dropout=1.0), r"dropout.*\[0, 1\)"),
-        (dict(encoder_layers=0), "positive"),
+        (dict(encoder_layers=0), "`encoder_layers` must be at least 1, got 0"),
         (dict(pad_token_id=500), "inside the vocabulary"),
         (dict(position_embedding_type="rotary"), "position_embedding_type"),
     ],

@@ -102,6 +102,42 @@ def test_penalty_options_are_generates(checkpoint, sentences, tmp_path):
     assert got == want
 
 
+@pytest.mark.parametrize("window", [6, 2])
+def test_options_and_input_are_checked_once(checkpoint, sentences, tmp_path, monkeypatch, window):
+    """`translate` checks its decoding options once before torch (`decoding_options`) and once against the loaded
+    model's beam (`check_translation`), whatever the number of windows (here 1 and 3), and reads --input twice: the
+    UTF-8 check before torch, then the translation."""
+    import builtins
+    import sys
+
+    import vanilla_transformer.generation_vanilla_transformer as generation
+
+    calls, reads = [], []
+    code = generation.check_decoding.__code__
+    source = tmp_path / "in.en"
+
+    def profile(frame, event, arg):
+        if event == "call" and frame.f_code is code:
+            calls.append(frame.f_back.f_code.co_name)
+
+    real_open = builtins.open
+
+    def counting_open(file, *args, **kwargs):
+        if str(file) == str(source):
+            reads.append(file)
+        return real_open(file, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", counting_open)
+    sys.setprofile(profile)
+    try:
+        got = run(checkpoint[0], sentences, tmp_path, "--window", str(window), "--n_best", "2", "--num_beams", "3")
+    finally:
+        sys.setprofile(None)
+    assert {int(line.split("\t")[0]) for line in got} == set(range(len(sentences)))  # every sentence's n-best lines
+    assert calls == ["decoding_options", "check_translation"]
+    assert len(reads) == 2
+
+
 def test_sampling_is_reproducible_with_a_seed(checkpoint, sentences, tmp_path):
     path, _, _ = checkpoint
     first = run(path, sentences, tmp_path, "--temperature", "1.5", "--top_k", "20", "--seed", "3")

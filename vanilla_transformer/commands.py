@@ -76,12 +76,13 @@ def main(argv: list[str] | None = None) -> int:
     from . import register
 
     try:
-        if getattr(args, "check", None) is not None:
-            args.check(args)  # what needs only the options and the file system: before torch and the model load
+        # What needs only the options and the file system, checked once, before torch and the model load; the command
+        # gets what the check produced (the decoding options, the input's line count, ...) and checks none of it again.
+        checked = args.check(args)
         register()  # a no-op after `import vanilla_transformer`; the console script defers it to here (its docstring)
         if getattr(args, "quiet", False) or not sys.stderr.isatty():
             quiet_progress_bars()  # no "Loading weights" bar in a log file
-        return args.func(args)
+        return args.func(args, checked)
     except ValueError as error:  # an option or input that cannot work, found before (or instead of) the work
         print(f"{args.command_parser.prog}: error: {error}", file=sys.stderr)
         return 2

@@ -14,6 +14,8 @@ import datasets
 import numpy as np
 import torch
 
+from ..generation_vanilla_transformer import check_positive_int
+
 
 class TokenBatchSampler(torch.utils.data.Sampler[list[int]]):
     """Batches of sentence pairs of similar length, each of at most `max_tokens` padded tokens.
@@ -89,16 +91,11 @@ class TokenBatchSampler(torch.utils.data.Sampler[list[int]]):
             raise ValueError(
                 f"`max_tokens` must be a positive integer, got {max_tokens!r}: e.g. 25000 as in the paper (section 5.1), or what fits your memory."
             )
-        if not isinstance(num_replicas, int) or num_replicas < 1:
-            raise ValueError(
-                f"`num_replicas` must be a positive integer (the data-parallel world size), got {num_replicas!r}."
-            )
+        check_positive_int("`num_replicas` (the data-parallel world size)", num_replicas)
         if not isinstance(rank, int) or not 0 <= rank < num_replicas:
             raise ValueError(f"`rank` must be in [0, {num_replicas}) for num_replicas={num_replicas}, got {rank!r}.")
-        if max_sentences is not None and (not isinstance(max_sentences, int) or max_sentences < 1):
-            raise ValueError(f"`max_sentences` must be a positive integer or None, got {max_sentences!r}.")
-        if pad_to_multiple_of is not None and (not isinstance(pad_to_multiple_of, int) or pad_to_multiple_of < 1):
-            raise ValueError(f"`pad_to_multiple_of` must be a positive integer or None, got {pad_to_multiple_of!r}.")
+        check_positive_int("`max_sentences`", max_sentences, none="no limit")
+        check_positive_int("`pad_to_multiple_of`", pad_to_multiple_of, none="no padding to a multiple")
         sizes = np.maximum(src, tgt)
         if pad_to_multiple_of:
             sizes = -(-sizes // pad_to_multiple_of) * pad_to_multiple_of  # what the collator pads a batch to

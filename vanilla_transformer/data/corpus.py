@@ -34,6 +34,7 @@ import pyarrow.compute as pc
 from datasets.arrow_writer import ArrowWriter
 from datasets.fingerprint import Hasher
 
+from ..generation_vanilla_transformer import check_positive_int
 from .files import (
     check_line_files,
     check_pair_args,
@@ -591,8 +592,7 @@ def _check_tokenize_args(dsd, max_length, max_length_ratio, num_proc) -> None:
         raise ValueError(
             f"`max_length_ratio` must be a number >= 1 or None (no ratio filter), got {max_length_ratio!r}: e.g. 2.5, or 1.5 as fairseq's WMT14 recipe."
         )
-    if num_proc is not None and (not isinstance(num_proc, int) or num_proc < 1):
-        raise ValueError(f"`num_proc` must be a positive integer or None, got {num_proc!r}.")
+    check_positive_int("`num_proc`", num_proc, none="one process")
     for split, ds in dsd.items():
         missing = [c for c in ("source", "target") if c not in ds.column_names]
         if missing:

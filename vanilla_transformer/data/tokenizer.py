@@ -58,6 +58,8 @@ from typing import Any
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
+from ..generation_vanilla_transformer import check_positive_int
+
 
 logger = logging.getLogger(__name__)
 
@@ -179,8 +181,7 @@ def _check_train_args(texts, vocab_size, min_frequency, model_max_length) -> Non
             f"`vocab_size` must be an integer >= {MIN_VOCAB_SIZE} (4 specials + 256 byte tokens + learned "
             f"symbols), got {vocab_size!r}: raise it (the paper uses 37000 for WMT14 EN-DE; ~8000 suits Multi30k)."
         )
-    if not isinstance(min_frequency, int) or min_frequency < 1:
-        raise ValueError(f"`min_frequency` must be a positive integer, got {min_frequency!r}.")
+    check_positive_int("`min_frequency`", min_frequency)
     if not isinstance(model_max_length, int) or model_max_length < 2:
         raise ValueError(
             f"`model_max_length` must be an integer >= 2 (one token plus `</s>`), got {model_max_length!r}: "

@@ -71,9 +71,10 @@ def add_demo_parser(commands) -> None:
     d.set_defaults(func=cmd_demo, check=check_demo, command_parser=d)
 
 
-def check_demo(args) -> None:
-    """The checks of `demo` that need only its options and the file system, run before torch and gradio load."""
-    decoding_options(args)  # the options alone first, then the files
+def check_demo(args) -> dict:
+    """The checks of `demo` that need only its options and the file system, run before torch and gradio load.
+    Returns the decoding options: the page's "model default" decoding, and its controls' first values."""
+    decoding = decoding_options(args)  # the options alone first, then the files
     if not 0 <= args.port <= 65535:
         raise ValueError(f"--port must be between 0 and 65535 (0: the first free one from 7860 up), got {args.port}.")
     if not args.host.strip():
@@ -81,7 +82,7 @@ def check_demo(args) -> None:
     if args.write_space is not None:
         if args.compare is not None:
             raise ValueError("--compare is for the page served here: --write_space writes a Space for one model.")
-        return
+        return decoding
     if args.requirement is not None:
         raise ValueError("--requirement is for --write_space (the Space's requirements.txt).")
     check_model_location(args.model)
@@ -95,6 +96,7 @@ def check_demo(args) -> None:
                 "must read one language (e.g. --model multi30k-en-de --compare multi30k-en-fr)."
             )
     check_port(args.host, args.port)  # last: the port is the machine's state, the options above are the user's
+    return decoding
 
 
 def check_port(host: str, port: int) -> None:
@@ -135,10 +137,9 @@ def _display_name(model: str) -> str:
     return Path(model).name if Path(model).parent == PRETRAINED_DIR else model
 
 
-def cmd_demo(args) -> int:
-    """The web page (vanilla_transformer/demo/, docs/demo.md), or with --write_space a Space that runs it."""
-    check_demo(args)  # again, for a caller that did not run main: before gradio, torch and the weights are loaded
-    decoding = decoding_options(args)  # the page's "model default" decoding, and its controls' first values
+def cmd_demo(args, decoding: dict) -> int:
+    """The web page (vanilla_transformer/demo/, docs/demo.md), or with --write_space a Space that runs it.
+    `decoding`: the decoding options `check_demo` returned."""
     if args.write_space is not None:
         if decoding:
             raise ValueError(

@@ -69,10 +69,11 @@ def add_attention_parser(commands) -> None:
     a.set_defaults(func=cmd_attention, check=check_attention, command_parser=a)
 
 
-def check_attention(args) -> None:
+def check_attention(args) -> dict:
     """The checks of `attention` that need only its options and the file system, run before torch is imported: the
-    sentence (and --target) not blank, the figure's directory, the model's location."""
-    if decoding_options(args) and args.target is not None:  # the options alone first, then the files
+    sentence (and --target) not blank, the figure's directory, the model's location. Returns the decoding options."""
+    options = decoding_options(args)  # the options alone first, then the files
+    if options and args.target is not None:
         raise ValueError("the decoding options are for the model's own translation: --target gives the translation.")
     if not args.source.strip():
         raise ValueError(
@@ -86,9 +87,11 @@ def check_attention(args) -> None:
             f"--output {args.output!r}: the file name must end in a format matplotlib writes: .png, .svg, .pdf."
         )
     check_model_location(args.model)
+    return options
 
 
-def cmd_attention(args) -> int:
+def cmd_attention(args, options: dict) -> int:
+    """`options`: the decoding options `check_attention` returned."""
     from ..translation.loading import load_config, load_model
     from .attention import (
         DPI,
@@ -105,8 +108,6 @@ def cmd_attention(args) -> int:
         require_matplotlib()
     except ImportError as error:
         raise ValueError(str(error)) from None
-    options = decoding_options(args)
-    check_attention(args)  # again, for a caller that did not run main
     output = Path(args.output)
     formats = save_formats()
     if output.suffix.lower().removeprefix(".") not in formats:
@@ -160,13 +161,12 @@ def add_score_parser(commands) -> None:
     s.set_defaults(func=cmd_score, check=check_score, command_parser=s)
 
 
-def check_score(args) -> None:
-    """The checks of `score` before sacreBLEU is imported: both files read (kept on `args` for `cmd_score`: a '-'
-    can be read once), as many lines in each, at least one, and a --lang that Moses' tokenizer knows."""
+def check_score(args) -> tuple[list[str], list[str]]:
+    """The checks of `score` before sacreBLEU is imported: both files read (returned for `cmd_score`: a '-' can be
+    read once), as many lines in each, at least one, and a --lang that Moses' tokenizer knows."""
     if args.hypotheses == "-" and args.references == "-":
         raise ValueError("--hypotheses and --references are both '-': standard input can give only one of them.")
-    args.lines = (read_lines(args.hypotheses, "--hypotheses"), read_lines(args.references, "--references"))
-    hypotheses, references = args.lines
+    hypotheses, references = read_lines(args.hypotheses, "--hypotheses"), read_lines(args.references, "--references")
     if len(hypotheses) != len(references):
         raise ValueError(
             f"--hypotheses has {len(hypotheses)} lines and --references {len(references)}: line i of one must be "
@@ -182,14 +182,14 @@ def check_score(args) -> None:
                 f"--lang {args.lang!r} is not a language code that Moses' tokenizer knows "
                 f"({', '.join(MOSES_LANGUAGES)})."
             )
+    return hypotheses, references
 
 
-def cmd_score(args) -> int:
+def cmd_score(args, lines: tuple[list[str], list[str]]) -> int:
     """BLEU of a translation file against its references: sacreBLEU (the figure this package reports), and with
-    `--lang` the paper's tokenized, compound-split BLEU (Table 2's method) beside it."""
-    if getattr(args, "lines", None) is None:  # a caller that did not run main's check
-        check_score(args)
-    hypotheses, references = args.lines
+    `--lang` the paper's tokenized, compound-split BLEU (Table 2's method) beside it. `lines`: the hypotheses and
+    references `check_score` read."""
+    hypotheses, references = lines
     from .bleu import compute_bleu, paper_style_bleu
 
     sacre = compute_bleu(hypotheses, references)

@@ -97,8 +97,8 @@ def check_push(args) -> None:
         raise ValueError(f"--results {args.results!r} is not a file: pass the results JSON the card is written from.")
 
 
-def cmd_push(args) -> int:
-    check_push(args)  # again, for a caller that did not run main
+def cmd_push(args, _checked: None) -> int:
+    """Run after `check_push(args)`, which hands on nothing (`commands.main` passes its None)."""
     from .push import DEFAULT_COMMIT_MESSAGE, files_to_push, push_run
 
     files = files_to_push(args.output_dir)  # a wrong OUTPUT_DIR fails here, before the Hub is asked anything

@@ -66,9 +66,8 @@ def check_average(args) -> list[str]:
     return checkpoints
 
 
-def cmd_average(args) -> int:
-    """Option errors are ValueErrors naming the option, found before any weight is read."""
-    checkpoints = check_average(args)  # again, for a caller that did not run `commands.main`
+def cmd_average(args, checkpoints: list[str]) -> int:
+    """`checkpoints`: what `check_average` returned (option errors are found there, before any weight is read)."""
     from .averaging import average_checkpoints, logger
 
     logger.setLevel(logging.INFO)  # its line naming the checkpoints averaged
@@ -135,12 +134,12 @@ def check_table3(args) -> dict:
     return plan(args)
 
 
-def cmd_table3(args) -> int:
+def cmd_table3(args, work: dict) -> int:
+    """`work`: the plan `check_table3` returned."""
     from .table3 import run_table
 
-    check_table3(args)  # again, for a caller that did not run `commands.main`
     try:
-        print(run_table(args))
+        print(run_table(args, work))
     except RuntimeError as error:  # a row's `train` failed: one line naming the row and its log, which says why
         print(f"{args.command_parser.prog}: error: {error}", file=sys.stderr)
         return 1

@@ -394,10 +394,9 @@ def draw_figure(out: Path, entries: list[dict], manifest: dict) -> None:
     plt.close(figure)
 
 
-def run_table(args) -> Path:
-    """The command: plan (every check), the row recipes and table3.json, the runs (`--jobs` at a time), the table
-    rewritten as rows finish. Returns table3.md."""
-    work = plan(args)
+def run_table(args, work: dict) -> Path:
+    """The command, once `plan(args)` has made every check and returned `work`: the row recipes and table3.json,
+    the runs (`--jobs` at a time), the table rewritten as rows finish. Returns table3.md."""
     work["seeds"] = args.seeds
     out, manifest = work["out"], work["manifest"]
     (out / "recipes").mkdir(parents=True, exist_ok=True)

@@ -30,7 +30,6 @@ from ..arguments import (
     partial_path,
     positive_int,
 )
-from ..generation_vanilla_transformer import check_decoding
 from .loading import DTYPES, check_model_location
 from .shipped import resolve_model, shipped_models
 
@@ -107,11 +106,12 @@ def add_translate_parser(commands) -> None:
     t.set_defaults(func=cmd_translate, check=check_translate, command_parser=t)
 
 
-def check_translate(args) -> int | None:
+def check_translate(args) -> tuple[dict, int | None]:
     """The checks of `translate` that need only its options and the file system, run before torch is imported: the
     model's location, the input file (every line UTF-8), the output (a file that can be written), the options of the
-    other engine. Returns the input file's number of lines (None for standard input or a pipe)."""
-    decoding_options(args)  # the options alone first, then the files
+    other engine. Returns the decoding options (`decoding_options`) and the input file's number of lines (None for
+    standard input or a pipe), which `cmd_translate` is handed."""
+    options = decoding_options(args)  # the options alone first, then the files
     if args.engine == "ctranslate2":
         for option, value in (("--dtype", args.dtype), ("--revision", args.revision)):
             if value is not None:
@@ -133,7 +133,7 @@ def check_translate(args) -> int | None:
     check_output(args.output, source=args.input)
     if args.all_or_nothing and args.output == "-":
         raise ValueError("--all_or_nothing is for --output FILE: standard output is written as it goes.")
-    return check_text(args.input)  # the whole file, in blocks; standard input is checked as it is read
+    return options, check_text(args.input)  # the whole file, in blocks; standard input is checked as it is read
 
 
 def _input_lines(args):
@@ -219,11 +219,11 @@ def _write_translations(args, translated) -> int:
     return 0
 
 
-def cmd_translate(args) -> int:
-    options = decoding_options(args)
+def cmd_translate(args, checked: tuple[dict, int | None]) -> int:
+    """`checked`: what `check_translate` returned for `args` (`commands.main` runs it before torch loads)."""
+    options, total = checked
     if args.engine == "ctranslate2":
-        return cmd_translate_ctranslate2(args, options)
-    total = check_translate(args)  # again, for a caller that did not run main: nothing here is loaded yet
+        return cmd_translate_ctranslate2(args, options, total)
     from .loading import load_model, resolve_device
 
     device = resolve_device(args.device)  # a device this machine lacks is said before standard input is waited for
@@ -239,9 +239,6 @@ def cmd_translate(args) -> int:
     )
     from .translate import translate_stream
 
-    if args.n_best is not None and not options.get("do_sample"):  # against the beam the model will search with
-        beams = options.get("num_beams", model.generation_config.num_beams or 1)
-        check_decoding(n_best=args.n_best, num_beams=beams, names={"n_best": "--n_best", "num_beams": "the beam size"})
     if args.seed is not None:
         import torch
 
@@ -255,16 +252,17 @@ def cmd_translate(args) -> int:
         progress=sys.stderr.isatty() and not args.quiet,
         total=total,
         n_best=args.n_best,
+        # --n_best against the beam the model searches with, once: the flags were checked before the model loaded
+        names={"batch_size": "--batch_size", "n_best": "--n_best", "num_beams": "the beam size"},
         **options,
     )
     return _write_translations(args, translated)
 
 
-def cmd_translate_ctranslate2(args, options: dict) -> int:
+def cmd_translate_ctranslate2(args, options: dict, total: int | None) -> int:
     """`translate --engine ctranslate2`: the same input and output handling, decoding by CTranslate2."""
     from .ctranslate2 import CTranslate2Model, import_ctranslate2, translate_ctranslate2
 
-    total = check_translate(args)  # again, for a caller that did not run main: nothing here is loaded yet
     # CTranslate2 has beam search with the length ** alpha penalty and a length limit; what this engine reproduces of
     # `generate` is that (translation/ctranslate2.py), not n-best lists, sampling or the GNMT penalty.
     if options.get("length_penalty_form") == "gnmt":
@@ -357,10 +355,11 @@ def add_export_parser(commands) -> None:
     c.set_defaults(func=cmd_export_ctranslate2, check=check_export_ctranslate2, command_parser=c)
 
 
-def check_export_ctranslate2(args) -> None:
+def check_export_ctranslate2(args) -> dict:
     """The checks of `export ctranslate2` that need only its options and the file system, run before torch is
-    imported: the model's location, OUTPUT_DIR (new, empty, or --force), the engine installed."""
-    decoding_options(args)  # the options alone first, then the files
+    imported: the model's location, OUTPUT_DIR (new, empty, or --force), the engine installed. Returns the decoding
+    options to write with the model."""
+    options = decoding_options(args)  # the options alone first, then the files
     check_model_location(args.model, option="MODEL_DIR_OR_REPO")
     output = Path(args.output_dir)
     if output.exists() and not output.is_dir():
@@ -374,13 +373,13 @@ def check_export_ctranslate2(args) -> None:
         from .ctranslate2 import INSTALL_HINT
 
         raise ValueError(f"CTranslate2 is not installed: {INSTALL_HINT}.")
+    return options
 
 
-def cmd_export_ctranslate2(args) -> int:
+def cmd_export_ctranslate2(args, options: dict) -> int:
+    """`options`: the decoding options `check_export_ctranslate2` returned."""
     from .ctranslate2 import export_ctranslate2
 
-    options = decoding_options(args)
-    check_export_ctranslate2(args)  # again, for a caller that did not run main: before ctranslate2 and torch
     try:
         path = export_ctranslate2(
             args.model,

@@ -41,7 +41,6 @@ def encode_sources(
     return encoded
 
 
-@torch.no_grad()
 def translate(
     model,
     tokenizer,
@@ -70,9 +69,29 @@ def translate(
     `progress`: True draws a progress bar on stderr; a tqdm bar (`translate_stream`'s) is updated instead, by every
     sentence, blank ones included. `start`: the index of `sentences[0]` in the input, for the warnings' line numbers.
     """
-    sampling = generate_kwargs.get("do_sample", model.generation_config.do_sample)
-    beams = None if sampling else generate_kwargs.get("num_beams", model.generation_config.num_beams or 1)
-    check_decoding(batch_size=batch_size, n_best=n_best, num_beams=beams)
+    check_translation(model, batch_size=batch_size, n_best=n_best, generate_kwargs=generate_kwargs)
+    options = dict(batch_size=batch_size, progress=progress, n_best=n_best, start=start)
+    return _translate(model, tokenizer, sentences, **options, **generate_kwargs)
+
+
+def check_translation(model, *, batch_size: int, n_best: int | None, generate_kwargs: dict, names=None) -> None:
+    """The options of a translation, checked once for the whole input (`translate`, `translate_stream`): the batch
+    size, and `n_best` against the beam the model will search with (its generation config's, unless the call sets
+    one). `names`: how the errors spell the options (`check_decoding`'s), e.g. the command line's flags."""
+    check_decoding(batch_size=batch_size, n_best=n_best, num_beams=_beams(model, generate_kwargs), names=names)
+
+
+def _beams(model, generate_kwargs: dict) -> int | None:
+    """The beam the call searches with (None: sampling)."""
+    if generate_kwargs.get("do_sample", model.generation_config.do_sample):
+        return None
+    return generate_kwargs.get("num_beams", model.generation_config.num_beams or 1)
+
+
+@torch.no_grad()
+def _translate(model, tokenizer, sentences, *, batch_size, progress, n_best, start, **generate_kwargs):
+    """`translate` once its options are checked (`check_translation`): `translate_stream` calls it per window."""
+    beams = _beams(model, generate_kwargs)
     results = [""] * len(sentences) if n_best is None else [[(0.0, "")] for _ in sentences]
     # Beam search returns every hypothesis of its beam, the first `n_best` distinct texts kept: two token sequences
     # can detokenize alike (another segmentation of a word), and n-best lists are read as different translations.
@@ -146,7 +165,10 @@ def translate_stream(
     window: int = 1024,
     progress: bool = False,
     total: int | None = None,
-    **translate_kwargs,
+    batch_size: int = 32,
+    n_best: int | None = None,
+    names: dict[str, str] | None = None,
+    **generate_kwargs,
 ) -> Iterator[tuple[int, list]]:
     """Translate `lines` (any iterable, read lazily) window by window: each `window` lines are read, sorted by length
     into batches, translated by `translate` (its `translate_kwargs`: batch_size, n_best, the `generate` options),
@@ -154,11 +176,14 @@ def translate_stream(
     read. Memory holds one window whatever the input's size, and a consumer that writes each window keeps every
     finished one if the run stops. A bigger window sorts more sentences together (less padding); a smaller one gives
     its first output sooner. The progress bar (stderr) counts sentences, with `total` lines if known, and shows
-    sentences per second."""
+    sentences per second. The options are checked once, before the first line is read (`check_translation`, its
+    errors spelling the options as `names` gives them), not again per window."""
+    check_translation(model, batch_size=batch_size, n_best=n_best, generate_kwargs=generate_kwargs, names=names)
     bar = tqdm(total=total, desc="translate", unit="sent", disable=not progress)
+    options = dict(batch_size=batch_size, n_best=n_best, progress=bar, **generate_kwargs)
     try:
         for start, chunk in windows(lines, window):
-            yield start, translate(model, tokenizer, chunk, progress=bar, start=start, **translate_kwargs)
+            yield start, _translate(model, tokenizer, chunk, start=start, **options)
     finally:
         bar.close()
 
