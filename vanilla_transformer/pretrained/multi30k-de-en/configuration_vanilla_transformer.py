@@ -14,6 +14,8 @@ from dataclasses import field
 from huggingface_hub.dataclasses import strict
 from transformers import PretrainedConfig
 
+from .generation_vanilla_transformer import check_positive_int
+
 
 # Table 3 of the paper. `vocab_size=37000` is the shared BPE vocabulary of the WMT14 EN-DE runs
 # (section 5.1); the parameter counts of Table 3 (65M / 213M) include that embedding once.
@@ -232,13 +234,9 @@ class VanillaTransformerConfig(PretrainedConfig):
             "decoder_ffn_dim",
             "max_position_embeddings",
         ):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise ValueError(f"`{name}` must be a positive integer, got {value!r}.")
+            check_positive_int(f"`{name}`", getattr(self, name))
         for name in ("qk_head_dim", "v_head_dim"):
-            value = getattr(self, name)
-            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
-                raise ValueError(f"`{name}` must be a positive integer or None (None = d_model / h), got {value!r}.")
+            check_positive_int(f"`{name}`", getattr(self, name), none="None = d_model / h")
         derived = [name for name in ("qk_head_dim", "v_head_dim") if getattr(self, name) is None]
         for name in ("encoder_attention_heads", "decoder_attention_heads"):
             heads = getattr(self, name)

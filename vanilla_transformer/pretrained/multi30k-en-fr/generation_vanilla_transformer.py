@@ -39,6 +39,20 @@ def beams_to_keep(num_beams: int, eos_token_ids) -> int:
     return max(2, 1 + len(eos_token_ids)) * num_beams
 
 
+def check_positive_int(name: str, value, *, minimum: int = 1, none: str | None = None) -> None:
+    """The one check of a count (a beam, a batch, a width, a number of steps): ValueError naming `name` as the caller
+    spells it (a flag, or a field in backquotes) unless `value` is an integer (not a bool) of at least `minimum`.
+    `none`: what None means where None is allowed (said in the message), e.g. "None = d_model / h". Written here, in
+    a file of the standard library alone, so that the remote-code files and the command line before torch share it."""
+    if value is None and none is not None:
+        return
+    or_none = f" or None ({none})" if none is not None else ""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{name} must be an integer{or_none}, got {value!r}.")
+    if value < minimum:
+        raise ValueError(f"{name} must be at least {minimum}{or_none}, got {value!r}.")
+
+
 def check_decoding(
     *,
     batch_size: int | None = None,
@@ -75,31 +89,15 @@ def check_decoding(
     ):
         if value is None:
             continue
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ValueError(f"{name(option)} must be an integer, got {value!r}.")
-        if option == "num_beams" and max_beams is not None:
-            if not 1 <= value <= max_beams:
-                raise ValueError(f"{name(option)} must be between 1 and {max_beams}, got {value}.")
-        elif value < 1:
-            raise ValueError(f"{name(option)} must be at least 1, got {value}.")
+        if option == "num_beams" and max_beams is not None and isinstance(value, int) and not 1 <= value <= max_beams:
+            raise ValueError(f"{name(option)} must be between 1 and {max_beams}, got {value}.")
+        check_positive_int(name(option), value)
     if n_best is not None and num_beams is not None and n_best > num_beams:
         raise ValueError(
             f"{name('n_best')} {n_best} is more than {name('num_beams')} {num_beams}: beam search keeps {num_beams} "
             "hypotheses."
         )
-    if length_penalty is not None and not math.isfinite(length_penalty):
-        raise ValueError(f"{name('length_penalty')} must be a finite number, got {length_penalty}.")
-    if length_penalty_form is not None and length_penalty_form not in LENGTH_PENALTY_FORMS:
-        raise ValueError(
-            f"{name('length_penalty_form')} {length_penalty_form!r} is not a length penalty form: "
-            + "; ".join(f"{form!r}: {what}" for form, what in LENGTH_PENALTY_FORMS.items())
-            + "."
-        )
-    if length_penalty_form == "gnmt" and length_penalty is not None and not length_penalty >= 0:
-        raise ValueError(
-            f"{name('length_penalty')} {length_penalty} with {name('length_penalty_form')} 'gnmt': the GNMT penalty "
-            "takes alpha >= 0 (a negative alpha is for the 'length' form, where it favours shorter hypotheses)."
-        )
+    check_length_penalty(length_penalty, length_penalty_form, name)
     if temperature is not None and not temperature > 0:
         raise ValueError(f"{name('temperature')} must be above 0, got {temperature}.")
     if top_k is not None and top_k < 0:
@@ -108,14 +106,34 @@ def check_decoding(
         raise ValueError(f"{name('top_p')} must be in (0, 1], got {top_p}.")
 
 
+def check_length_penalty(alpha: float | None, form: str | None, name=lambda option: f"`{option}`") -> None:
+    """The length penalty's part of `check_decoding` (None: not given): alpha finite, the form one of
+    LENGTH_PENALTY_FORMS, and "gnmt" with an alpha of 0 or more (its bound on what a running hypothesis can still
+    reach holds for alpha >= 0 only; Wu et al. use 0 to 1). `name` spells an option in the message. Also what every
+    `generate` call checks of the penalty it decodes with (`length_penalty_form`)."""
+    if alpha is not None and not math.isfinite(alpha):
+        raise ValueError(f"{name('length_penalty')} must be a finite number, got {alpha}.")
+    if form is not None and form not in LENGTH_PENALTY_FORMS:
+        raise ValueError(
+            f"{name('length_penalty_form')} {form!r} is not a length penalty form: "
+            + "; ".join(f"{known!r}: {what}" for known, what in LENGTH_PENALTY_FORMS.items())
+            + "."
+        )
+    if form == "gnmt" and alpha is not None and not alpha >= 0:
+        raise ValueError(
+            f"{name('length_penalty')} {alpha} with {name('length_penalty_form')} 'gnmt': the GNMT penalty "
+            "takes alpha >= 0 (a negative alpha is for the 'length' form, where it favours shorter hypotheses)."
+        )
+
+
 def length_penalty_form(generation_config, **overrides) -> str:
     """The length penalty form a `generate` call decodes with ("length" when none is named), checked with its alpha
-    (`check_decoding`). `overrides`: the call's own `length_penalty_form` / `length_penalty` (None: not given), which
+    (`check_length_penalty`). `overrides`: the call's own `length_penalty_form` / `length_penalty` (None: not given), which
     win over the generation config's, as `generate`'s keywords do."""
     form = overrides.get("length_penalty_form") or getattr(generation_config, "length_penalty_form", None) or "length"
     alpha = overrides.get("length_penalty")
     alpha = getattr(generation_config, "length_penalty", None) if alpha is None else alpha
-    check_decoding(length_penalty=alpha, length_penalty_form=form)
+    check_length_penalty(alpha, form)
     return form
 
 
@@ -123,6 +141,8 @@ __all__ = [
     "LENGTH_PENALTY_FORMS",
     "beams_to_keep",
     "check_decoding",
+    "check_length_penalty",
+    "check_positive_int",
     "gnmt_length_penalty",
     "length_penalty_divisor",
     "length_penalty_form",
