@@ -22,7 +22,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..generation_vanilla_transformer import check_decoding, length_penalty_form
+from ..generation_vanilla_transformer import check_decoding, length_penalty_divisor, length_penalty_form
 
 
 logger = logging.getLogger(__name__)
@@ -505,7 +505,13 @@ class CTranslate2Model:
         `beams` do not tell which one `generate` returns.
         """
         ended = [(h, s) for h, s in hyps if h[-1] == self.eos_token]
-        forced = [(h + [self.eos_token], s * len(h) ** lp / limit**lp) for h, s in hyps if h[-1] != self.eos_token]
+        # CTranslate2 scores in the "length" form; `generate`'s forced `</s>` makes a hypothesis `limit` tokens long.
+        at_limit = length_penalty_divisor("length", limit, lp)
+        forced = [
+            (h + [self.eos_token], s * length_penalty_divisor("length", len(h), lp) / at_limit)
+            for h, s in hyps
+            if h[-1] != self.eos_token
+        ]
         best_ended = max(ended, key=lambda c: c[1], default=None)
         best_forced = max(forced, key=lambda c: c[1], default=None)
         if complete:
