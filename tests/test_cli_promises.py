@@ -99,9 +99,9 @@ def test_train_without_output_dir_writes_under_runs_and_says_so(tmp_path, monkey
     # As the recipes do (runs/multi30k_en_de_small), never the Trainer's ./trainer_output/.
     corpus = write_corpus(tmp_path / "my_corpus")
     monkeypatch.chdir(tmp_path)
-    assert preflight.preflight(train(corpus)[1:])[-2:] == ["--output_dir", "runs/my_corpus_en_de_small"]
-    assert preflight.preflight(train(corpus, "--preset", "base")[1:])[-1] == "runs/my_corpus_en_de_base"
-    given = preflight.preflight(train(corpus, "--output_dir", "mine")[1:])
+    assert preflight.preflight(train(corpus)[1:])[0][-2:] == ["--output_dir", "runs/my_corpus_en_de_small"]
+    assert preflight.preflight(train(corpus, "--preset", "base")[1:])[0][-1] == "runs/my_corpus_en_de_base"
+    given, _ = preflight.preflight(train(corpus, "--output_dir", "mine")[1:])
     assert "runs/my_corpus_en_de_small" not in given
 
     def stop(*args, **kwargs):

@@ -25,7 +25,7 @@ def nothing_loads(monkeypatch):
 
     monkeypatch.setattr(vanilla_transformer, "register", load)
     monkeypatch.setattr("vanilla_transformer.translation.loading.load_model", load)
-    monkeypatch.setattr(options, "parse_args", load)
+    monkeypatch.setattr(options, "read_command_line", load)
     hub_lookup.ask_hub.cache_clear()
     yield
     hub_lookup.ask_hub.cache_clear()

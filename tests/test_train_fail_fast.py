@@ -120,7 +120,7 @@ def _load(*args, **kwargs):
 @pytest.fixture
 def nothing_loads(monkeypatch):
     """Loading fails the test: the options' dataclasses (torch and transformers), the registration, the averaging."""
-    monkeypatch.setattr(options, "parse_args", _load)
+    monkeypatch.setattr(options, "read_command_line", _load)
     monkeypatch.setattr(vanilla_transformer, "register", _load)
     monkeypatch.setattr("vanilla_transformer.training.averaging.average_checkpoints", _load)
 
@@ -148,7 +148,7 @@ def accepted(argv, capsys) -> None:
 def test_languages_are_read_from_a_tables_two_language_code_columns(tmp_path, nothing_loads, monkeypatch, capsys):
     codes = write_table(tmp_path / "codes", "fr\tde")
     seen = []
-    monkeypatch.setattr(options, "parse_args", lambda argv: seen.append(argv) or _load())
+    monkeypatch.setattr(options, "read_command_line", lambda argv, *rest: seen.append(argv) or _load())
     accepted(["train", "--dataset", str(codes), "--test_split", "", "--output_dir", str(tmp_path / "out")], capsys)
     assert seen[0][-4:] == ["--src_lang", "fr", "--tgt_lang", "de"]  # in column order: source first
     accepted(["train", "--dataset", str(codes), "--test_split", "", "--output_dir", str(tmp_path / "out"),

@@ -190,6 +190,22 @@ def test_build_trainer_gives_the_paper_loss_and_bleu_through_the_trainers_argume
     assert lengths == sorted(lengths, reverse=True) and len(lengths) == len(corpus["validation"])
 
 
+@pytest.mark.parametrize("minutes", [None, 1], ids=["no time limit", "a time limit"])
+def test_build_trainer_takes_arguments_built_in_python(tmp_path, tokenizer, corpus, minutes):
+    """As build_trainer's error message tells a caller: `VanillaTrainingArguments(output_dir=...)` and nothing else,
+    the run's derived state in its declared fields (issue 67: once `AttributeError: ... 'fit_warmup_to_speed'`)."""
+    args = VanillaTrainingArguments(output_dir=str(tmp_path))
+    assert (args.recipe, args.recipe_cpu_float32, args.warmup_fitted, args.fit_warmup_to_speed) == (None,) * 4
+    assert args.precision_reason  # decided by the arguments themselves (bf16 false: float32)
+    assert "fit_warmup_to_speed" not in args.to_dict()  # derived, not an option
+    build_trainer(tiny_model(tokenizer), args, None, max_train_minutes=minutes)  # the call the docstring names
+    args = VanillaTrainingArguments(output_dir=str(tmp_path), max_steps=2, max_tokens=400, report_to=[], use_cpu=True)
+    trainer = build_trainer(tiny_model(tokenizer), args, tokenizer, corpus["train"], max_train_minutes=minutes)
+    trainer.train()
+    assert trainer.state.global_step == 2
+    assert any(isinstance(c, TimeLimit) for c in trainer.callback_handler.callbacks) == bool(minutes)
+
+
 def test_a_collator_that_makes_no_decoder_input_is_named(tmp_path, tokenizer, corpus):
     """The Trainer hands the labels to the loss, not to the model: a collator without the model makes no decoder
     input, and training and evaluation say so instead of failing inside the model."""

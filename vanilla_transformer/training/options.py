@@ -1,14 +1,17 @@
 """The options of `vanilla-transformer train`, and how a command line and a recipe become them.
 
-Five dataclasses, parsed by transformers' `HfArgumentParser` (as `run_translation.py` does): the model
-(`ModelArguments`), the data (`DataArguments`), the tokenizer (`TokenizerArguments`), the run's own
+Five dataclasses, parsed by transformers' `HfArgumentParser` (`DataclassParser`, as `run_translation.py` does): the
+model (`ModelArguments`), the data (`DataArguments`), the tokenizer (`TokenizerArguments`), the run's own
 (`RunArguments`: decoding, time limit, averaging, output) and `VanillaTrainingArguments`, the Trainer's
-`Seq2SeqTrainingArguments` re-defaulted to the paper's recipe (section 5) with the few fields it lacks. Each validates
-itself in `__post_init__`; `parse_args` adds what needs more than one of them, and the recipe (`--recipe NAME` or a
-JSON file; `--preset` is the model size). `--help` lists the recipe's options in groups; `--help_all` adds the
-Trainer's others, still accepted. `options.json` describes this parser for `preflight.py`, which prints the help
-and checks the command line before torch and transformers load (`write_option_table` rewrites it). docs/training.md
-explains every option group.
+`Seq2SeqTrainingArguments` re-defaulted to the paper's recipe (section 5) with the few fields it lacks, and the fields
+of what the run derives from the options (`init=False`). Each validates itself in `__post_init__`. A command line is
+read once (`read_command_line`: one pass of the parser; the recipe, `--recipe NAME` or a JSON file, read once, by
+`preflight` for `train`); `build_arguments` makes the dataclasses from it with the recipe's values as defaults, checks
+what needs more than one of them and sets what the run derives: the recipe, its `cpu_float32` options, the warm-up
+fitted to the budget (the learning rate's rules are schedule.py's). `--help` lists the recipe's options in groups;
+`--help_all` adds the Trainer's others, still accepted. `options.json` describes this parser for `preflight.py`,
+which prints the help and checks the command line before torch and transformers load (`write_option_table` rewrites
+it). docs/training.md explains every option group.
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ from .preflight import (  # the command line's part that needs neither torch nor
     parser_settings,
     read_recipe,
     resume_value,
+    with_defaults,
 )
 from .schedule import fit_warmup_of, keep_schedule_of_checkpoint
 
@@ -61,7 +65,7 @@ LR_SCHEDULES = ("noam", "trainer")
 def check_positive_int(name: str, value, *, allow_none: bool = False, allow_zero: bool = False) -> None:
     """ValueError naming `name` unless `value` is an integer of at least 1 (0 with `allow_zero`; None with
     `allow_none`): the one copy of this check for the count options. Messages name fields in backticks, which the
-    command line shows as flags (`command.as_flags`)."""
+    command line shows as flags (`train.as_flags`)."""
     if value is None and allow_none:
         return
     minimum = 0 if allow_zero else 1
@@ -389,6 +393,20 @@ class VanillaTrainingArguments(Seq2SeqTrainingArguments):
         },
     )
 
+    # What the run derives from the options (init=False: no option of the command line, not in `to_dict`), set where
+    # it is decided and read by the trainer, its callbacks, the log and results.json ("training"). `build_arguments`
+    # sets the recipe: {"name", "default": chosen by the corpus's size, no --recipe} and its `cpu_float32` options
+    # that apply (None: none).
+    recipe: dict | None = field(init=False, default=None)
+    recipe_cpu_float32: dict | None = field(init=False, default=None)
+    # The warm-up fitted to the run or kept from its checkpoint (`schedule.fit_warmup_of`,
+    # `schedule.keep_schedule_of_checkpoint`, `callbacks.WarmupFitter`): {"warmup_steps": [recipe's, fitted],
+    # "lr_factor": [...], ...}; None: the options' own.
+    warmup_fitted: dict | None = field(init=False, default=None)
+    # {"lr_factor": whether to scale it} when `callbacks.WarmupFitter` fits the warm-up to the run's speed, else None.
+    fit_warmup_to_speed: dict | None = field(init=False, default=None)
+    precision_reason: str | None = field(init=False, default=None)  # why `bf16` is what it is (`resolve_bf16`)
+
     def __post_init__(self):
         self._resolve_bf16()
         super().__post_init__()
@@ -443,6 +461,8 @@ class VanillaTrainingArguments(Seq2SeqTrainingArguments):
 
 
 ARGUMENT_CLASSES = (ModelArguments, DataArguments, TokenizerArguments, RunArguments, VanillaTrainingArguments)
+# The options: the dataclasses' fields but those the run derives (`init=False`).
+OPTION_NAMES = frozenset(f.name for cls in ARGUMENT_CLASSES for f in dataclasses.fields(cls) if f.init)
 
 # What `--help` shows of VanillaTrainingArguments (the recipe's options and the run's), by group and in this order;
 # the Trainer's other fields are listed by `--help_all` and accepted either way.
@@ -547,12 +567,13 @@ IGNORED_UNLESS = {
 }
 
 
-class ArgumentParser(ErrorsAsValues, HfArgumentParser):
-    """`HfArgumentParser`, whose errors are ValueErrors: `train` prints them as every command prints its errors, one
-    line `vanilla-transformer train: error: ...` naming the flag, exit status 2."""
+class DataclassParser(ErrorsAsValues, HfArgumentParser):
+    """`HfArgumentParser` of the five dataclasses (preflight's `OptionParser` reads the same options from
+    options.json, before torch loads), whose errors are ValueErrors: `train` prints them as every command prints its
+    errors, one line `vanilla-transformer train: error: ...` naming the flag, exit status 2."""
 
 
-def build_parser(show_all: bool = False) -> ArgumentParser:
+def build_parser(show_all: bool = False) -> DataclassParser:
     """The parser of `train`, its option groups in the order `--help` lists them: the model's, the data's and the
     tokenizer's (their dataclasses'), then HELP_GROUPS, then the Trainer's other options, listed with `show_all`
     (accepted either way)."""
@@ -579,8 +600,8 @@ def build_parser(show_all: bool = False) -> ArgumentParser:
         )
         for number, (title, names) in enumerate(groups.items())
     ]
-    parser = ArgumentParser(layout, **parser_settings())
-    parser.dataclass_types = list(ARGUMENT_CLASSES)  # what parse_args_into_dataclasses builds
+    parser = DataclassParser(layout, **parser_settings())
+    parser.dataclass_types = list(ARGUMENT_CLASSES)  # what `parse_dict` builds
     add_parser_options(parser)
     return parser
 
@@ -607,47 +628,77 @@ def trains_in_float32_on_cpu(bf16, fp16, use_cpu) -> bool:
 
 
 def parse_args(argv: list[str] | None = None, train_pairs: int | None = None):
-    """The five dataclasses from the command line, a recipe giving defaults that the command line overrides: the one
-    `--recipe` names, or without it the recipe for a corpus of `train_pairs` training pairs (`default_recipe`; the
-    small-corpus one while that is unknown). A warm-up the command line does not set is fitted to the run's budget
-    (`schedule.fit_warmup`), and `--num_train_epochs` given without `--max_steps` counts (a recipe's `max_steps` would
-    override it). Every error is a ValueError whose message names the option in backticks (`as_flags` turns them
-    into flags); `--help` / `--help_all` print and exit.
+    """The five dataclasses from the command line `argv` (default `sys.argv[1:]`), a recipe giving defaults that the
+    command line overrides: the one `--recipe` names, or without it the recipe for a corpus of `train_pairs` training
+    pairs (`default_recipe`; the small-corpus one while that is unknown). Every error is a ValueError whose message
+    names the option in backticks (`as_flags` turns them into flags); `--help` / `--help_all` print and exit. For
+    Python callers: `train` reads its command line once (`read_command_line`) and builds the arguments from it
+    (`build_arguments`), again for the corpus's size once the data is read."""
+    return build_arguments(read_command_line(argv), train_pairs)
 
-    One parser reads `argv` twice: first for what it gives (the recipe, the precision, which options), then, with the
-    recipe's values as its defaults, into the dataclasses."""
+
+@dataclass
+class CommandLine:
+    """`train`'s command line, read once by the parser: the options it gives (`given`, typed as the dataclasses'
+    fields), the recipe it names (or without --recipe the small-corpus one: `recipe`, with its options and
+    `cpu_float32` options, read once), and the command's own `defaults` (over the recipe's, under the command line).
+    What `build_arguments` makes the arguments from."""
+
+    parser: DataclassParser
+    given: dict
+    recipe: str
+    recipe_options: dict
+    cpu_float32: dict
+    defaults: dict
+
+
+def read_command_line(
+    argv: list[str] | None = None, recipe: tuple[str, dict, dict] | None = None, defaults: dict | None = None
+) -> CommandLine:
+    """One pass of the parser over `argv`: the options it gives, and the recipe it names, `recipe` (name, options,
+    cpu_float32 options) where `preflight` has read it. `--help` / `--help_all` print and exit."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    known = {f.name for cls in ARGUMENT_CLASSES for f in dataclasses.fields(cls) if f.init}
     parser = build_parser()
-    given = given_options(parser, argv, known)
-    recipe_name = given.get("recipe") or default_recipe(train_pairs)
-    recipe, cpu_float32 = read_recipe(recipe_name, known)
+    given = given_options(parser, argv, OPTION_NAMES)
+    if recipe is None:
+        name = given.get("recipe") or default_recipe()
+        recipe = (name, *read_recipe(name, OPTION_NAMES))
     if given.get("help") or given.get("help_all"):  # `preflight` prints them too, from options.json
-        parser = build_parser(show_all=bool(given.get("help_all")))
-        print(format_help(parser, given, recipe, cpu_float32), end="")
+        shown = build_parser(show_all=bool(given.get("help_all")))
+        print(format_help(shown, given, recipe[1], recipe[2]), end="")
         raise SystemExit(0)
+    return CommandLine(parser, given, *recipe, defaults=dict(defaults or {}))
+
+
+def build_arguments(command_line: CommandLine, train_pairs: int | None = None):
+    """The five dataclasses of `command_line`, and what the run derives from them, in their declared fields: the
+    recipe (without --recipe, the one for `train_pairs` training pairs), its `cpu_float32` options where the run
+    trains in float32 on a CPU (`trains_in_float32_on_cpu`; the precision itself is `VanillaTrainingArguments`'),
+    and the warm-up fitted to the run's budget (`schedule.fit_warmup_of`) or kept from the checkpoint resumed
+    (`schedule.keep_schedule_of_checkpoint`). `--num_train_epochs` given without `--max_steps` counts (a recipe's
+    `max_steps` would override it)."""
+    parser, given = command_line.parser, command_line.given
+    name = given.get("recipe") or default_recipe(train_pairs)
+    if name == command_line.recipe:
+        recipe, cpu_float32 = command_line.recipe_options, command_line.cpu_float32
+    else:  # no --recipe, and a corpus of the other size than the one assumed before the data was read
+        recipe, cpu_float32 = read_recipe(name, OPTION_NAMES)
     # Without an accelerator, say so to the Trainer: only then does it set up gloo data parallelism across the
     # processes of `accelerate launch --multi_gpu` / `torchrun` (otherwise each CPU process trains alone).
-    parser.set_defaults(use_cpu=torch.accelerator.current_accelerator(check_available=True) is None)
-    defaults = dict(recipe)
-    parser.set_defaults(**defaults)
-    precision = [given.get(name, parser.get_default(name)) for name in ("bf16", "fp16", "use_cpu")]
+    defaults = {"use_cpu": torch.accelerator.current_accelerator(check_available=True) is None, **recipe}
+    precision = [given.get(key, defaults.get(key, parser.get_default(key))) for key in ("bf16", "fp16", "use_cpu")]
     if cpu_float32 and trains_in_float32_on_cpu(*precision):
         defaults.update(cpu_float32)  # the command line still wins
     else:
         cpu_float32 = {}
     if "num_train_epochs" in given and "max_steps" not in given:
         defaults["max_steps"] = -1  # the Trainer lets a positive max_steps win over the epochs asked for
-    parser.set_defaults(**defaults)
-    model_args, data_args, tok_args, run_args, training_args = parser.parse_args_into_dataclasses(args=argv)[:5]
+    defaults.update(command_line.defaults)
+    parsed = parser.parse_dict(with_defaults(parser, given, defaults), allow_extra_keys=True)
+    model_args, data_args, tok_args, run_args, training_args = parsed
+    training_args.recipe = {"name": name, "default": "recipe" not in given}
     training_args.recipe_cpu_float32 = cpu_float32 or None
-    # Which recipe, and why: results.json records it, and `train` chooses again by corpus size once the data is read.
-    training_args.recipe = {"name": recipe_name, "default": "recipe" not in given}
-    parsed = (model_args, data_args, tok_args, run_args, training_args)
     check_combination(set(given) | set(recipe) | set(cpu_float32), *parsed)
-    training_args.warmup_fitted = None
-    # {"lr_factor": whether to scale it} when `callbacks.WarmupFitter` fits the warm-up to the run's speed, else None.
-    training_args.fit_warmup_to_speed = None
     if training_args.resume_from_checkpoint:
         keep_schedule_of_checkpoint(training_args, given)
     elif "warmup_steps" not in given:
@@ -668,7 +719,7 @@ def check_combination(given: set[str], model_args, data_args, tok_args, run_args
         )
     # The Trainer's convention: True = the newest checkpoint in output_dir.
     training_args.resume_from_checkpoint = resume_value(training_args.resume_from_checkpoint)
-    if training_args.resume_from_checkpoint:  # the output directory itself is `command.prepare_output_dir`'s
+    if training_args.resume_from_checkpoint:  # the output directory itself is `train.prepare_output_dir`'s
         problem = output_dir_problem(Path(training_args.output_dir), training_args.resume_from_checkpoint, False)
         if problem:
             raise ValueError(problem)

@@ -303,9 +303,27 @@ def given_options(parser, argv: list[str], names) -> dict:
     return {name: value for name, value in vars(namespace).items() if value is not _NOT_GIVEN}
 
 
+def with_defaults(parser, given: dict, defaults: dict) -> dict:
+    """Every option's value: the one `given` (`given_options`), else its default in `defaults` (a recipe's), else the
+    parser's. What `parse_args` returns with `defaults` set, without a second pass over the command line: a default
+    given as text is converted by the option's type, and an option named by two flags (`--plots`, `--no_plots`) takes
+    the first one's default, as argparse does."""
+    values = dict(given)
+    for action in parser._actions:  # argparse's own order (its `parse_known_args`)
+        if action.dest == argparse.SUPPRESS or action.dest in values:
+            continue
+        values[action.dest] = defaults.get(action.dest, action.default)
+        if isinstance(values[action.dest], str):
+            try:
+                values[action.dest] = parser._get_value(action, values[action.dest])
+            except argparse.ArgumentError as error:  # a recipe's word the option's type refuses
+                parser.error(str(error))
+    return values
+
+
 def help_defaults(given: dict, recipe: dict) -> dict:
     """The defaults `--help` shows: the recipe's, and `max_steps` -1 where `--num_train_epochs` is given without it
-    (`options.parse_args` does the same for a run)."""
+    (`options.build_arguments` does the same for a run)."""
     defaults = dict(recipe)
     if "num_train_epochs" in given and "max_steps" not in given:
         defaults["max_steps"] = -1
@@ -331,22 +349,23 @@ def format_help(parser, given: dict, recipe: dict, cpu_float32: dict) -> str:
 # ------------------------------------------------------------------------------------------------ the checks
 
 
-def preflight(argv: list[str]) -> list[str]:
-    """Print `--help` / `--help_all` and exit, or check what needs only the options and the file system; returns
+def preflight(argv: list[str]) -> tuple[list[str], tuple[str, dict, dict]]:
+    """Print `--help` / `--help_all` and exit, or check what needs only the options and the file system. Returns
     `argv`, with `--src_lang` / `--tgt_lang` added where a table's two columns are language codes and the command line
-    and the recipe name none (`table_languages`)."""
+    and the recipe name none (`table_languages`), and the recipe read (name, options, cpu_float32 options), which the
+    command hands to `options.read_command_line`: one pass of this parser over `argv`, one read of the recipe."""
     table = option_table()
     known = {option["dest"] for group in table for option in group["options"]}
     parser = option_parser(table=table)
     given = given_options(parser, argv, known)
-    recipe, cpu_float32 = read_recipe(given.get("recipe") or default_recipe(), known)
+    name = given.get("recipe") or default_recipe()
+    recipe, cpu_float32 = read_recipe(name, known)
     if given.get("help") or given.get("help_all"):
         if given.get("help_all"):
             parser = option_parser(show_all=True, table=table)
         print(format_help(parser, given, recipe, cpu_float32), end="")
         raise SystemExit(0)
-    parser.set_defaults(**recipe)
-    values = vars(parser.parse_args(argv))
+    values = with_defaults(parser, given, recipe)
     check_values(values)
     named = set(given) | set(recipe)
     languages = check_data(values, named)
@@ -366,7 +385,7 @@ def preflight(argv: list[str]) -> list[str]:
         added += ["--output_dir", values["output_dir"]]
     if int(os.environ.get("RANK", "0")) == 0:  # the other processes of a distributed run find the main one's files
         check_output_dir(values)
-    return argv + added
+    return argv + added, (name, recipe, cpu_float32)
 
 
 def check_values(values: dict) -> None:
@@ -589,7 +608,7 @@ def written_by_a_run(out_dir: Path) -> bool:
 
 def output_dir_problem(out_dir: Path, resume, overwrite: bool) -> str | None:
     """Why training into `out_dir` cannot start as asked, or None: the one rule of the early check (`preflight`)
-    and of `command.prepare_output_dir`. Each message names the one way on that works; messages name the options
+    and of `train.prepare_output_dir`. Each message names the one way on that works; messages name the options
     in backticks."""
     resume = resume_value(resume)
     if isinstance(resume, str) and not Path(resume).is_dir():

@@ -335,17 +335,17 @@ def collect_results(trainer, tokenizer, train_split, model_args, data_args, trai
             # What the step ran in, and why (bf16="auto" follows the hardware; see vanilla_transformer.precision).
             "precision": {
                 "mixed_precision": args.mixed_precision,
-                "reason": getattr(args, "precision_reason", None),
+                "reason": args.precision_reason,
                 "attention": config._attn_implementation,
                 "torch_compile": args.torch_compile,
                 # The recipe's `cpu_float32` options, when the run trained in float32 on a CPU (command-line options
                 # won over them; the hyperparameters below are what the run used).
-                "cpu_float32_options": getattr(args, "recipe_cpu_float32", None),
+                "cpu_float32_options": args.recipe_cpu_float32,
             },
             # The recipe the run trained with (`name`; `default`: no --recipe, chosen by corpus size) and, if its
             # warm-up was fitted to the budget, {"warmup_steps": [recipe's, fitted], "lr_factor": [recipe's, for the
             # same peak]}.
-            "recipe": {**getattr(args, "recipe", {}), "warmup_fitted": getattr(args, "warmup_fitted", None)},
+            "recipe": {**(args.recipe or {}), "warmup_fitted": args.warmup_fitted},
             "final_train_loss": train_result.training_loss,
             "hyperparameters": hyperparameters(trainer),
         },

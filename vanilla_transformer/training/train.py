@@ -92,10 +92,10 @@ def train(argv: list[str] | None = None) -> dict:
 
 def _train(argv: list[str] | None) -> dict:
     given = list(sys.argv[1:] if argv is None else argv)
-    argv = preflight(given)  # before torch: --help, and the early checks
+    argv, recipe = preflight(given)  # before torch: --help, and the early checks
     where = {}  # the output directory, once the options are parsed: what Ctrl-C keeps is there
     try:
-        return _run(given, argv, where)
+        return _run(given, argv, recipe, where)
     except Interrupted:  # at the end of an update, said already
         raise
     except KeyboardInterrupt:  # before training, or a second Ctrl-C: what is complete on disk is kept
@@ -136,18 +136,22 @@ def without_options(words: list[str], names) -> list[str]:
     return kept
 
 
-def _run(given: list[str], argv: list[str], where: dict) -> dict:
+def _run(given: list[str], argv: list[str], recipe: tuple, where: dict) -> dict:
     run_started = time.perf_counter()  # the run's wall time (results.json), its end included
     main_process = quiet_unless_main(os.environ)
     relaunch_if_alone(os.environ, parent_argv())
-    from .options import parse_args
+    from .options import build_arguments, read_command_line
 
-    model_args, data_args, tok_args, run_args, training_args = parse_args(argv)
+    # The command's own defaults (the command line wins over them): the Trainer's messages once (the main process's),
+    # and where stderr is no terminal (a log file), its logs printed as lines rather than progress bars.
+    defaults = {"log_level_replica": "error"}
+    if not sys.stderr.isatty() and main_process:
+        defaults["disable_tqdm"] = True
+    command_line = read_command_line(argv, recipe, defaults)  # the one pass of the dataclasses' parser
+    model_args, data_args, tok_args, run_args, training_args = build_arguments(command_line)
     where["out_dir"] = Path(training_args.output_dir)
     if not sys.stderr.isatty() and main_process:
-        no_progress_bars(training_args, given)
-    if "--log_level_replica" not in given:
-        training_args.log_level_replica = "error"  # the Trainer's own messages, once (the main process's)
+        no_progress_bars()
     if "--output_dir" in argv[len(given) :]:  # added by `preflight`: neither the command line nor the recipe sets it
         logger.info(
             "No --output_dir: the run writes %s (runs/DATASET_SRC_TGT_PRESET, as the recipes name theirs).",
@@ -164,9 +168,10 @@ def _run(given: list[str], argv: list[str], where: dict) -> dict:
     raw = load_data(data_args)  # checked before anything is written: files, line counts, languages, splits
     train_pairs = len(raw["train"])
     if training_args.recipe["default"] and default_recipe(train_pairs) != training_args.recipe["name"]:
-        # No --recipe, and a corpus of another size than the recipe assumed before the data was read: its recipe.
-        # The data options come from the command line either way, so the data read stays valid.
-        model_args, data_args, tok_args, run_args, training_args = parse_args(argv, train_pairs=train_pairs)
+        # No --recipe, and a corpus of another size than the recipe assumed before the data was read: its recipe,
+        # from the command line already read. The data options come from the command line either way (the recipes
+        # without --recipe name no data), so the data read stays valid.
+        model_args, data_args, tok_args, run_args, training_args = build_arguments(command_line, train_pairs)
     out_dir = Path(training_args.output_dir)
     prepare_output_dir(out_dir, run_args, training_args)
     log_recipe(training_args, run_args, train_pairs)
@@ -261,16 +266,15 @@ def quiet_unless_main(environ) -> bool:
     return main_process
 
 
-def no_progress_bars(training_args, given: list[str]) -> None:
+def no_progress_bars() -> None:
     """No progress bars where stderr is no terminal (a log file): each redraw would be a line of "\\r" updates there.
-    The Trainer then prints its logs as lines (its PrinterCallback), unless --disable_tqdm false asks for the bars;
-    `datasets`', transformers' and huggingface_hub's bars are off (as `translate` keeps its bars out of a file)."""
+    The Trainer prints its logs as lines (its PrinterCallback: `disable_tqdm`, a default of the command, unless
+    --disable_tqdm false asks for the bars); `datasets`', transformers' and huggingface_hub's bars are off (as
+    `translate` keeps its bars out of a file)."""
     import datasets
 
     from ..arguments import quiet_progress_bars
 
-    if not any(word.split("=", 1)[0] in ("--disable_tqdm", "--disable-tqdm") for word in given):
-        training_args.disable_tqdm = True
     if hasattr(sys.stdout, "reconfigure"):  # the logged losses (stdout) reach the file as they are printed
         sys.stdout.reconfigure(line_buffering=True)
     datasets.disable_progress_bars()

@@ -232,9 +232,7 @@ def use_fast_attention(model, args: VanillaTrainingArguments) -> None:
     """Log the precision and why; in bfloat16 on a CPU, switch the model to the eager attention, the fast kernel
     there (`precision.fast_attention_implementation`; not saved: checkpoints keep the default)."""
     precision = {"bf16": "bfloat16 autocast", "fp16": "float16 autocast"}.get(args.mixed_precision, "float32")
-    logger.info(
-        "Precision: %s on %s (%s).", precision, args.device, getattr(args, "precision_reason", "set by the arguments")
-    )
+    logger.info("Precision: %s on %s (%s).", precision, args.device, args.precision_reason)
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(args.mixed_precision, torch.float32)
     attention = fast_attention_implementation(args.device, dtype)
     if attention and getattr(getattr(model, "config", None), "_attn_implementation", None) == "sdpa":
