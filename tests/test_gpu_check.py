@@ -51,7 +51,7 @@ def only(lines, check, **match):
 
 def test_every_part_ran_and_the_run_ended(smoke):
     parts = {line["part"]: line for line in smoke if line["check"] == "part"}
-    assert set(parts) == {"env", "correct", "throughput", "train"}
+    assert set(parts) == {"env", "correct", "throughput", "train", "table3"}
     failed = {name: line.get("error") for name, line in parts.items() if not line["ok"]}
     assert not failed, failed
     assert smoke[-1]["check"] == "done" and smoke[-1]["seconds"] > 0
@@ -110,6 +110,17 @@ def test_multi30k_training_gives_a_test_bleu(smoke):
     assert line["bleu_signature"].startswith("nrefs:1|case:mixed")
 
 
+def test_table3_runs_two_rows_at_once_through_the_command(smoke):
+    rows = {line["row"]: line for line in smoke if line["check"] == "table3_row"}
+    assert set(rows) == {"base", "D1"} and rows["D1"]["changed"] == {"dropout": 0.0}
+    for line in rows.values():
+        assert line["updates"] == 3 and line["params"] > 0 and line["dtype"] == "float32"
+        assert 0 <= line["test_bleu"] <= 100 and line["validation_perplexity"] > 1
+    table = only(smoke, "table3")
+    assert table["status"] == 0 and table["jobs"] == 2 and table["rows"] == ["base", "D1"]
+    assert Path(table["table"]).read_text().count("| D1 ") == 1
+
+
 def test_bad_options_are_one_line(capsys, monkeypatch):
     monkeypatch.syspath_prepend(str(SCRIPT.parent))
     import gpu_check
@@ -117,5 +128,5 @@ def test_bad_options_are_one_line(capsys, monkeypatch):
     with pytest.raises(SystemExit) as stop:
         gpu_check.parse_args(["--device", "cpu", "--output", "x", "--skip", "warp"])
     assert stop.value.code == 2
-    message = "--skip: unknown part(s) ['warp']; the parts are env, correct, throughput, train"
+    message = "--skip: unknown part(s) ['warp']; the parts are env, correct, throughput, train, table3"
     assert capsys.readouterr().err.strip().splitlines()[-1].endswith(message)
