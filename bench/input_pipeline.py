@@ -5,7 +5,7 @@
    aligned Multi30k pairs, some words are fused with another word of the same language (compounds, so that the
    vocabulary is large enough for a 37k BPE to spend its budget, as on WMT14), 1% of the pairs are misaligned (a
    target from another pair, for the ratio filter) and 0.1% are empty.
-2. Runs the preprocessing as `vanilla-transformer train` runs it (training/train.py: `load_data`,
+2. Runs the preprocessing as `vanilla-transformer train` runs it (training/steps.py: `load_data`,
    `get_tokenizer`, `tokenize`, then the trainer's `TokenBatchSampler`), timing each stage -- reading the line
    files, training the 37k BPE, tokenization, length filtering, composing the token batches -- with the peak
    memory (psutil, the process and its children summed, sampled every 0.2 s; and `ru_maxrss` of the process and of
@@ -260,9 +260,9 @@ def preprocess(args, data_dir: Path, emit) -> tuple:
     from transformers import set_seed
 
     from vanilla_transformer.data.batching import TokenBatchSampler
-    from vanilla_transformer.training import train as command
+    from vanilla_transformer.training import steps
     from vanilla_transformer.training.options import DataArguments, TokenizerArguments
-    from vanilla_transformer.training.train import get_tokenizer, load_data, tokenize
+    from vanilla_transformer.training.steps import get_tokenizer, load_data, tokenize
 
     datasets.disable_progress_bars()
     set_seed(args.seed)
@@ -342,12 +342,7 @@ def preprocess(args, data_dir: Path, emit) -> tuple:
             }
         )
     timer.times.clear()
-    # (Also runs on a checkout from before `tokenization_processes` and `iter_texts`, for a before/after comparison.)
-    processes = (
-        command.tokenization_processes(args.num_proc, len(raw["train"]))
-        if hasattr(command, "tokenization_processes")
-        else args.num_proc or 1
-    )
+    processes = steps.tokenization_processes(args.num_proc, len(raw["train"]))
     tokenized = stage("tokenize+filter", processes, lambda: tokenize(raw, tokenizer, data_args, Args))
     emit(
         {
@@ -380,7 +375,7 @@ def time_loader(args, tokenizer, train, sampler, workers: int) -> dict:
 
     from vanilla_transformer.data.corpus import MODEL_INPUT_COLUMNS
 
-    # As training/train.py's collator and trainer.py's get_train_dataloader build them (CPU: no pinned memory).
+    # As trainer.py's build_trainer (its collator) and get_train_dataloader build them (CPU: no pinned memory).
     collator = DataCollatorForSeq2Seq(tokenizer, label_pad_token_id=-100, pad_to_multiple_of=args.pad_to_multiple_of)
     dataset = train.select_columns([c for c in train.column_names if c in MODEL_INPUT_COLUMNS])
     loader = DataLoader(

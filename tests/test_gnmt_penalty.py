@@ -364,7 +364,7 @@ def test_a_form_the_model_does_not_know_and_a_negative_gnmt_alpha_are_refused(op
 
 def recipe_decoding(name: str) -> GenerationConfig:
     from vanilla_transformer.training.options import RunArguments
-    from vanilla_transformer.training.train import set_decoding
+    from vanilla_transformer.training.steps import set_decoding
 
     recipe = json.loads(
         (Path(__file__).resolve().parents[1] / "vanilla_transformer" / "training" / "recipes" / name).read_text()
@@ -393,7 +393,7 @@ def test_a_recipe_with_num_beams_1_saves_a_greedy_generation_config(tmp_path):
     """`train --recipe multi30k_en_de_cpu --num_beams 1`: the recipe's length penalty and early stopping are beam-only
     options, which transformers refuses to save beside `num_beams=1` (the end of a run would fail after training)."""
     from vanilla_transformer.training.options import RunArguments
-    from vanilla_transformer.training.train import set_decoding
+    from vanilla_transformer.training.steps import set_decoding
 
     recipe = json.loads(
         (

@@ -23,7 +23,7 @@ from helpers import (
 from safetensors.torch import load_file
 
 from vanilla_transformer.modeling_vanilla_transformer import VanillaTransformerAttention
-from vanilla_transformer.training import train
+from vanilla_transformer.training import steps, train
 from vanilla_transformer.training.options import parse_args
 from vanilla_transformer.training.preflight import RECIPES_DIR, default_recipe, shipped_recipes
 
@@ -340,10 +340,10 @@ def test_the_readmes_own_data_command_runs_as_written(tmp_path, monkeypatch):
 
 def test_tokenization_uses_the_cores_for_a_large_corpus_only(monkeypatch):
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
-    assert train.tokenization_processes(None, 29_000) == 1  # Multi30k: one process, no workers to start
-    assert train.tokenization_processes(None, 120_000) == 2
-    assert train.tokenization_processes(None, 4_500_000) == 16  # WMT14: every core
-    assert train.tokenization_processes(3, 4_500_000) == 3  # --preprocessing_num_workers wins
+    assert steps.tokenization_processes(None, 29_000) == 1  # Multi30k: one process, no workers to start
+    assert steps.tokenization_processes(None, 120_000) == 2
+    assert steps.tokenization_processes(None, 4_500_000) == 16  # WMT14: every core
+    assert steps.tokenization_processes(3, 4_500_000) == 3  # --preprocessing_num_workers wins
 
 
 def test_without_recipe_the_recipe_is_the_multi30k_recipes_less_their_data():

@@ -18,7 +18,7 @@ from helpers import MULTI30K, subprocess_env, tiny_config, tiny_options, write_m
 
 from vanilla_transformer import VanillaTransformerForConditionalGeneration
 from vanilla_transformer.data.tokenizer import load_tokenizer
-from vanilla_transformer.training import report, train
+from vanilla_transformer.training import report, steps, train
 from vanilla_transformer.training import trainer as trainer_module
 from vanilla_transformer.training.options import VanillaTrainingArguments, parse_args
 from vanilla_transformer.training.preflight import RECIPES_DIR
@@ -245,7 +245,7 @@ class _VocabularyOf100:
 )
 def test_layer_options_set_each_stack(tmp_path, options, depths):
     model_args, *_ = parse_args(["--preset", "small", "--output_dir", str(tmp_path / "run"), *options])
-    config = train.build_config(model_args, _VocabularyOf100())
+    config = steps.build_config(model_args, _VocabularyOf100())
     assert (config.encoder_layers, config.decoder_layers) == depths
     model = VanillaTransformerForConditionalGeneration(config)
     assert (len(model.model.encoder.layers), len(model.model.decoder.layers)) == depths

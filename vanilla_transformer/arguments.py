@@ -256,19 +256,10 @@ def _write_stdout(data: bytes) -> None:
         buffer.flush()
 
 
-def write_lines(target: str, lines: list[str]) -> None:
-    """Write one line per item ("-" = stdout), UTF-8, each ended by "\\n" (a line break inside an item: a space)."""
-    check_output(target)
-    if target == "-":
-        _write_stdout(_encode(lines))
-    else:
-        Path(target).write_bytes(_encode(lines))
-
-
 @contextlib.contextmanager
 def line_writer(target: str, *, keep_partial: bool = True) -> Iterator[Callable[[Iterable[str]], None]]:
-    """A function that appends lines to `target` ("-" = stdout) as `write_lines` writes them, each call's lines
-    flushed at once. A file is written as NAME.partial beside it (`partial_path`) and renamed to NAME when the block
+    """A function that appends lines to `target` ("-" = stdout), UTF-8, one per item, each ended by "\\n" (a line
+    break inside an item: a space), each call's lines flushed at once. A file is written as NAME.partial beside it (`partial_path`) and renamed to NAME when the block
     ends without an error, with the mode of the file it replaces: NAME is only ever the complete output, or as it
     was. On an error or Ctrl-C, NAME.partial keeps the lines written (removed with `keep_partial=False`). Standard
     output, /dev/null or a FIFO are written directly."""

@@ -33,7 +33,7 @@ from .preflight import option_table, preflight, read_recipe
 
 CONFIG_FILE = Path(__file__).resolve().parents[1] / "configuration_vanilla_transformer.py"
 GROUPS = ("A", "B", "C", "D", "E", "big")
-# A train option and the config fields it sets (train.build_config); the rows' changes are config fields.
+# A train option and the config fields it sets (steps.build_config); the rows' changes are config fields.
 OPTION_FIELDS = {
     "d_model": ("d_model",),
     "layers": ("encoder_layers", "decoder_layers"),
