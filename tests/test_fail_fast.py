@@ -71,7 +71,7 @@ def nothing_loads(monkeypatch):
     def load(*args, **kwargs):
         raise Loaded("the command began loading before it refused its options")
 
-    monkeypatch.setattr(vanilla_transformer, "register", load)
+    monkeypatch.setattr(vanilla_transformer.registration, "register", load)
     monkeypatch.setattr("vanilla_transformer.translation.loading.load_model", load)
     monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)
     monkeypatch.setattr(sys, "stdin", None)  # translate without --input must not read stdin before refusing

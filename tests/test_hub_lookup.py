@@ -23,7 +23,7 @@ def nothing_loads(monkeypatch):
     def load(*args, **kwargs):
         raise Loaded("the command began loading before it refused its options")
 
-    monkeypatch.setattr(vanilla_transformer, "register", load)
+    monkeypatch.setattr(vanilla_transformer.registration, "register", load)
     monkeypatch.setattr("vanilla_transformer.translation.loading.load_model", load)
     monkeypatch.setattr(options, "read_command_line", load)
     hub_lookup.ask_hub.cache_clear()

@@ -113,6 +113,7 @@ FLOORS = {
         "vanilla_transformer.checkpoints",
         "vanilla_transformer.hub_lookup",
         "vanilla_transformer.precision",
+        "vanilla_transformer.registration",
     ],
     "tools": [
         "vanilla_transformer.training",

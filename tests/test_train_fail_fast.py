@@ -121,7 +121,7 @@ def _load(*args, **kwargs):
 def nothing_loads(monkeypatch):
     """Loading fails the test: the options' dataclasses (torch and transformers), the registration, the averaging."""
     monkeypatch.setattr(options, "read_command_line", _load)
-    monkeypatch.setattr(vanilla_transformer, "register", _load)
+    monkeypatch.setattr(vanilla_transformer.registration, "register", _load)
     monkeypatch.setattr("vanilla_transformer.training.averaging.average_checkpoints", _load)
 
 

@@ -8,11 +8,14 @@ Importing the package registers the config and the models with `AutoConfig`, `Au
 Registering imports torch and transformers (seconds). The one import that defers it is the console script's
 (`vanilla_transformer_cli.py`, beside this package): it sets REGISTER_LATER while it imports the package, so that
 `vanilla-transformer --help` and argument errors answer without them, and the command line registers once its options
-are parsed. The classes are loaded on first use either way.
+are parsed (`registration.register`, which the modules that register import). The classes are loaded on first use
+either way.
 """
 
 import os
 from importlib import import_module
+
+from .registration import register
 
 
 # Public name -> the module that defines it.
@@ -27,26 +30,6 @@ _EXPORTS = {
 }
 # The environment variable the console script sets to "1" while it imports the package (and removes after).
 REGISTER_LATER = "VANILLA_TRANSFORMER_REGISTER_LATER"
-_registered = False
-
-
-def register() -> None:
-    """Register the config and models with the Auto classes (and for `auto_map` on save); idempotent."""
-    global _registered
-    if _registered:
-        return
-    from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM
-
-    from .configuration_vanilla_transformer import VanillaTransformerConfig
-    from .modeling_vanilla_transformer import VanillaTransformerForConditionalGeneration, VanillaTransformerModel
-
-    AutoConfig.register(VanillaTransformerConfig.model_type, VanillaTransformerConfig, exist_ok=True)
-    AutoModel.register(VanillaTransformerConfig, VanillaTransformerModel, exist_ok=True)
-    AutoModelForSeq2SeqLM.register(VanillaTransformerConfig, VanillaTransformerForConditionalGeneration, exist_ok=True)
-    VanillaTransformerConfig.register_for_auto_class()
-    VanillaTransformerModel.register_for_auto_class("AutoModel")
-    VanillaTransformerForConditionalGeneration.register_for_auto_class("AutoModelForSeq2SeqLM")
-    _registered = True
 
 
 def __getattr__(name: str):

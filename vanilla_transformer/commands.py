@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         logging.basicConfig(level=logging.WARNING, format=f"{PROG}: %(levelname)s: %(message)s")
     # huggingface_hub prints its warnings through a handler of its own: passed on to this one too, each came twice.
     logging.getLogger("huggingface_hub").propagate = False
-    from . import register
+    from .registration import register
 
     try:
         # What needs only the options and the file system, checked once, before torch and the model load; the command

@@ -159,7 +159,7 @@ def _run(given: list[str], argv: list[str], recipe: tuple, where: dict) -> dict:
     from transformers import logging as transformers_logging
     from transformers import set_seed
 
-    from .. import register
+    from ..registration import register
 
     register()
     transformers_logging.set_verbosity_warning() if main_process else transformers_logging.set_verbosity_error()

@@ -159,7 +159,7 @@ def load_config(model: str, *, revision: str | None = None, trust_remote_code: b
     check_model_location(model)
     from transformers import AutoConfig
 
-    from .. import register
+    from ..registration import register
 
     register()  # the config class with AutoConfig (deferred when the command line started the process)
     try:
@@ -188,8 +188,8 @@ def load_model(
     check_model_location(model)  # plain messages for a wrong directory, before transformers guesses at it
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
-    from .. import register
     from ..precision import fast_attention_implementation, resolve_dtype
+    from ..registration import register
 
     register()  # the config and model with the Auto classes (deferred when the command line started the process)
     target = resolve_device(device)
