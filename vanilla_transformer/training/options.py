@@ -31,7 +31,7 @@ import torch
 from transformers import HfArgumentParser, Seq2SeqTrainingArguments
 
 from ..configuration_vanilla_transformer import PRESETS
-from ..generation_vanilla_transformer import check_decoding
+from ..generation_vanilla_transformer import check_decoding, check_positive_int
 from ..precision import bf16_support
 from .preflight import (  # the command line's part that needs neither torch nor transformers
     OPTIONS_FILE,
@@ -60,18 +60,6 @@ logger = logging.getLogger(__name__)
 MODEL_PRESETS = tuple(PRESETS)  # --preset: the model sizes of the paper's Table 3, and the small one
 KEEP_CHECKPOINTS = ("averaged", "last", "all")  # --keep_checkpoints: see RunArguments
 LR_SCHEDULES = ("noam", "trainer")
-
-
-def check_positive_int(name: str, value, *, allow_none: bool = False, allow_zero: bool = False) -> None:
-    """ValueError naming `name` unless `value` is an integer of at least 1 (0 with `allow_zero`; None with
-    `allow_none`): the one copy of this check for the count options. Messages name fields in backticks, which the
-    command line shows as flags (`train.as_flags`)."""
-    if value is None and allow_none:
-        return
-    minimum = 0 if allow_zero else 1
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        none = " or None" if allow_none else ""
-        raise ValueError(f"`{name}` must be at least {minimum} (an integer{none}), got {value!r}.")
 
 
 def check_fraction(name: str, value, why: str) -> None:
@@ -127,7 +115,7 @@ class ModelArguments:
             "v_head_dim",
             "ffn_dim",
         ):
-            check_positive_int(name, getattr(self, name), allow_none=True)
+            check_positive_int(f"`{name}`", getattr(self, name), none="")
         for name in ("dropout", "attention_dropout", "activation_dropout"):
             if getattr(self, name) is not None:
                 check_fraction(name, getattr(self, name), "a dropout probability")
@@ -174,9 +162,9 @@ class DataArguments:
 
     def __post_init__(self):
         self.test_split = self.test_split or None
-        check_positive_int("max_length", self.max_length)
+        check_positive_int("`max_length`", self.max_length)
         for name in ("max_train_samples", "max_eval_samples", "preprocessing_num_workers"):
-            check_positive_int(name, getattr(self, name), allow_none=True)
+            check_positive_int(f"`{name}`", getattr(self, name), none="")
         if self.max_length_ratio is not None and not self.max_length_ratio >= 1:
             raise ValueError(f"`max_length_ratio` must be at least 1, got {self.max_length_ratio!r}.")
 
@@ -193,8 +181,8 @@ class TokenizerArguments:
     min_frequency: int = field(default=2, metadata={"help": "Minimum pair frequency for a BPE merge."})
 
     def __post_init__(self):
-        check_positive_int("vocab_size", self.vocab_size)
-        check_positive_int("min_frequency", self.min_frequency)
+        check_positive_int("`vocab_size`", self.vocab_size)
+        check_positive_int("`min_frequency`", self.min_frequency)
 
 
 @dataclass
@@ -257,8 +245,8 @@ class RunArguments:
     )
 
     def __post_init__(self):
-        check_positive_int("average_last", self.average_last, allow_zero=True)
-        check_positive_int("test_batch_size", self.test_batch_size)
+        check_positive_int("`average_last`", self.average_last, minimum=0)
+        check_positive_int("`test_batch_size`", self.test_batch_size)
         if self.keep_checkpoints not in KEEP_CHECKPOINTS:
             raise ValueError(
                 f"`keep_checkpoints` must be one of {list(KEEP_CHECKPOINTS)}, got {self.keep_checkpoints!r}."
@@ -436,11 +424,11 @@ class VanillaTrainingArguments(Seq2SeqTrainingArguments):
                 f"`lr_cooldown` belongs to the paper's schedule (`lr_schedule`='noam'), not to the Trainer's "
                 f"{self.lr_scheduler_type!r}: pick that schedule's own decay instead."
             )
-        check_positive_int("max_tokens", self.max_tokens, allow_none=True)
-        check_positive_int("max_sentences", self.max_sentences, allow_none=True)
+        check_positive_int("`max_tokens`", self.max_tokens, none="")
+        check_positive_int("`max_sentences`", self.max_sentences, none="")
         check_fraction("subword_split", self.subword_split, "0 = off; BPE-dropout's paper uses 0.1")
-        check_positive_int("bidirectional_steps", self.bidirectional_steps, allow_zero=True)
-        check_positive_int("pad_to_multiple_of", self.pad_to_multiple_of, allow_none=True)
+        check_positive_int("`bidirectional_steps`", self.bidirectional_steps, minimum=0)
+        check_positive_int("`pad_to_multiple_of`", self.pad_to_multiple_of, none="")
 
     def _resolve_bf16(self) -> None:
         """`bf16` as a bool (the Trainer's type), from True/False, "true"/"false" or "auto" (`resolve_bf16`);

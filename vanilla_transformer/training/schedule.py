@@ -54,16 +54,15 @@ from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
 
 from ..checkpoints import last_checkpoint
+from ..generation_vanilla_transformer import check_positive_int
 
 
 SCHEDULER_FILE = "scheduler.pt"  # the Trainer's name for a checkpoint's schedule (transformers.trainer.SCHEDULER_NAME)
 
 
-def _check_positive(name: str, value, integer: bool) -> None:
-    kind = (int,) if integer else (int, float)
-    if isinstance(value, bool) or not isinstance(value, kind) or value <= 0:
-        what = "a positive integer" if integer else "a positive number"
-        raise ValueError(f"`{name}` must be {what}, got {value!r}.")
+def _check_positive_number(name: str, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        raise ValueError(f"`{name}` must be a positive number, got {value!r}.")
 
 
 def _lrate(step: int, d_model: int, warmup_steps: int, factor: float) -> float:
@@ -73,10 +72,10 @@ def _lrate(step: int, d_model: int, warmup_steps: int, factor: float) -> float:
 def noam_learning_rate(step: int, d_model: int, warmup_steps: int, factor: float = 1.0) -> float:
     """Eq. 3 of the paper at update `step` (1-based): `factor * d_model^-0.5 * min(step^-0.5, step *
     warmup_steps^-1.5)`."""
-    _check_positive("step", step, integer=True)
-    _check_positive("d_model", d_model, integer=True)
-    _check_positive("warmup_steps", warmup_steps, integer=True)
-    _check_positive("factor", factor, integer=False)
+    check_positive_int("`step`", step)
+    check_positive_int("`d_model`", d_model)
+    check_positive_int("`warmup_steps`", warmup_steps)
+    _check_positive_number("factor", factor)
     return _lrate(step, d_model, warmup_steps, factor)
 
 
@@ -110,7 +109,7 @@ class NoamLR(LRScheduler):
         cooldown_start: int | None = None,
         cooldown_end: int | None = None,
     ):
-        _check_positive("d_model", d_model, integer=True)
+        check_positive_int("`d_model`", d_model)
         if not isinstance(warmup_steps, bool) and isinstance(warmup_steps, float) and warmup_steps.is_integer():
             warmup_steps = int(warmup_steps)
         if isinstance(warmup_steps, bool) or not isinstance(warmup_steps, int) or warmup_steps < 1:
@@ -118,7 +117,7 @@ class NoamLR(LRScheduler):
                 f"`warmup_steps` must be an integer >= 1, got {warmup_steps!r}: the schedule's warm-up term "
                 f"divides by it (the paper uses 4000)."
             )
-        _check_positive("factor", factor, integer=False)
+        _check_positive_number("factor", factor)
         self.d_model = d_model
         self.warmup_steps = warmup_steps
         self.factor = float(factor)
@@ -164,7 +163,7 @@ class NoamLR(LRScheduler):
         it."""
         if isinstance(warmup_steps, bool) or not isinstance(warmup_steps, int) or warmup_steps < 1:
             raise ValueError(f"`warmup_steps` must be an integer >= 1, got {warmup_steps!r}.")
-        _check_positive("factor", factor, integer=False)
+        _check_positive_number("factor", factor)
         if warmup_steps > self.warmup_steps:
             raise ValueError(f"`warmup_steps`={warmup_steps} would lengthen the warm-up of {self.warmup_steps}.")
         if self.last_epoch >= self.warmup_steps:

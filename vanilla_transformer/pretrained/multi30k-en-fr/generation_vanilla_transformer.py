@@ -42,11 +42,12 @@ def beams_to_keep(num_beams: int, eos_token_ids) -> int:
 def check_positive_int(name: str, value, *, minimum: int = 1, none: str | None = None) -> None:
     """The one check of a count (a beam, a batch, a width, a number of steps): ValueError naming `name` as the caller
     spells it (a flag, or a field in backquotes) unless `value` is an integer (not a bool) of at least `minimum`.
-    `none`: what None means where None is allowed (said in the message), e.g. "None = d_model / h". Written here, in
-    a file of the standard library alone, so that the remote-code files and the command line before torch share it."""
+    `none`: None is allowed, and what it means (said in the message where not ""), e.g. "None = d_model / h". Written
+    here, in a file of the standard library alone, so that the remote-code files, the data and training modules and
+    the command line before torch share it."""
     if value is None and none is not None:
         return
-    or_none = f" or None ({none})" if none is not None else ""
+    or_none = "" if none is None else " or None" + (f" ({none})" if none else "")
     if isinstance(value, bool) or not isinstance(value, int):
         raise ValueError(f"{name} must be an integer{or_none}, got {value!r}.")
     if value < minimum:
