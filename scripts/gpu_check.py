@@ -896,18 +896,9 @@ def part_table3(report: Report, device: torch.device, args) -> None:
     rows = [json.loads(line) for line in (work / "table" / "table3.jsonl").read_text().splitlines()]
     for row in rows:
         seed = row["seeds"][0]
+        measures = ("params", "updates", "minutes", "validation_perplexity", "validation_bleu", "test_bleu", "machine")
         report.line(
-            "table3_row",
-            seed["precision"],
-            row=row["row"],
-            changed=row["changed"],
-            params=seed["params"],
-            updates=seed["updates"],
-            minutes=seed["minutes"],
-            validation_perplexity=seed["validation_perplexity"],
-            validation_bleu=seed["validation_bleu"],
-            test_bleu=seed["test_bleu"],
-            machine=seed["machine"],
+            "table3_row", seed["precision"], row=row["row"], changed=row["changed"], **{k: seed[k] for k in measures}
         )
     report.line(
         "table3",
