@@ -191,6 +191,40 @@ def test_the_command_line_gives_no_traceback_and_exit_status_2(tmp_path):
         assert list(tmp_path.iterdir()) == []
 
 
+def test_train_parses_its_command_line_once_per_parser_and_reads_its_recipe_once(tmp_path, monkeypatch):
+    """One pass of each parser (preflight's before torch, the dataclasses' after) and one read of the recipe file per
+    run: a value goes from the command line to what uses it, never back through a parser."""
+    import argparse
+    import collections
+
+    passes, reads, depth = collections.Counter(), collections.Counter(), [0]
+    parse_known_args, read_text = argparse.ArgumentParser.parse_known_args, Path.read_text
+
+    def counting_parse(self, *args, **kwargs):  # a parser's own nested calls (subparsers) are one pass
+        passes[type(self).__name__] += depth[0] == 0
+        depth[0] += 1
+        try:
+            return parse_known_args(self, *args, **kwargs)
+        finally:
+            depth[0] -= 1
+
+    def counting_read(self, *args, **kwargs):
+        if self.parent == RECIPES_DIR:
+            reads[self.name] += 1
+        return read_text(self, *args, **kwargs)
+
+    monkeypatch.setattr(argparse.ArgumentParser, "parse_known_args", counting_parse)
+    monkeypatch.setattr(Path, "read_text", counting_read)
+    data = write_multi30k_subset(tmp_path / "data", {"train": 200, "val": 8})
+    train.train(
+        ["--recipe", "multi30k_en_de_cpu", "--dataset", str(data), "--test_split", "", *tiny_options(vocab_size=400)]
+        + ["--max_steps", "2", "--max_train_minutes", "none", "--report_to", "none", "--plots", "false"]
+        + ["--eval_strategy", "no", "--save_strategy", "no", "--output_dir", str(tmp_path / "run")]
+    )
+    assert dict(passes) == {"OptionParser": 1, "DataclassParser": 1}
+    assert dict(reads) == {"multi30k_en_de_cpu.json": 1}
+
+
 def test_recipes_are_shipped_and_selected_by_name_or_path(tmp_path):
     assert {"multi30k_en_de_cpu", "multi30k_de_en_cpu", "multi30k_en_fr_cpu", "wmt14_en_de_base"} <= set(
         shipped_recipes()
