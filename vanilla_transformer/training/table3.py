@@ -250,12 +250,17 @@ def train_command(out: Path, name: str, seed: int, budget: dict) -> list[str]:
     ]
 
 
+def say(line: str) -> None:
+    """One line on stdout in one write: the `--jobs` threads print at once, and print's separate newline interleaves."""
+    print(line + "\n", end="", flush=True)
+
+
 def train_row(out: Path, name: str, seed: int, budget: dict, threads: int | None) -> None:
     """One run of the table: a finished run (its results.json) is left alone; an unfinished one (stopped part-way) is
     removed and trained again from the start, so that every run of the table is one uninterrupted `train`."""
     directory = run_dir(out, name, seed)
     if (directory / "results.json").is_file():
-        print(f"table3: {name} seed {seed}: finished before, not trained again", flush=True)
+        say(f"table3: {name} seed {seed}: finished before, not trained again")
         return
     if directory.exists():
         shutil.rmtree(directory)
@@ -263,7 +268,7 @@ def train_row(out: Path, name: str, seed: int, budget: dict, threads: int | None
     env = dict(os.environ, **({"OMP_NUM_THREADS": str(threads)} if threads else {}))
     log = out / "logs" / f"{name}-seed-{seed}.log"
     log.parent.mkdir(exist_ok=True)
-    print(f"table3: {name} seed {seed}: training ({log})", flush=True)
+    say(f"table3: {name} seed {seed}: training ({log})")
     with open(log, "w", encoding="utf-8") as handle:
         status = subprocess.run(
             train_command(out, name, seed, budget), stdout=handle, stderr=subprocess.STDOUT, env=env
