@@ -145,6 +145,37 @@ def test_a_stopped_table_resumes_without_training_a_finished_run_again(tmp_path)
     assert other.returncode == 2 and "holds a table of --max_steps 3, not --max_steps 4" in other.stderr
 
 
+def test_a_row_trained_with_more_seeds_before_keeps_them(tmp_path):
+    """`--rows base --seeds 3`, then the variations with `--seeds 2` in the same directory: the base row's line has
+    its three seeds, D1's its two; a row missing one of seeds 1-2 has no line."""
+
+    def finished(name: str, seed: int, bleu: float) -> None:
+        directory = table3.run_dir(tmp_path, name, seed)
+        directory.mkdir(parents=True)
+        training = {"steps": 5, "train_runtime_s": 60.0, "hardware": "a CPU", "precision": {"mixed_precision": "no"}}
+        results = {"num_parameters": 1000, "training": training, "bleu": {"test": {"score": bleu}}}
+        (directory / "results.json").write_text(json.dumps(results))
+        history = [{"eval_nll_loss": 1.0, "eval_bleu": bleu - 1}]
+        (directory / "trainer_state.json").write_text(json.dumps({"log_history": history}))
+
+    for seed, bleu in ((1, 30.0), (2, 31.0), (3, 35.0)):
+        finished("base", seed, bleu)
+    for seed, bleu in ((1, 28.0), (2, 29.0)):
+        finished("D1", seed, bleu)
+    finished("D2", 2, 20.0)  # seed 1 missing
+    recipe, _ = read_recipe("multi30k_en_de_cpu", set(json.loads((RECIPES / "multi30k_en_de_cpu.json").read_text())))
+    base = table3.base_values(recipe)
+    work = {"out": tmp_path, "names": ["base", "D1", "D2"], "seeds": 2}
+    rows = {row["row"]: row for row in table3.table_rows(work, base)}
+    assert set(rows) == {"base", "D1"}
+    assert [run["seed"] for run in rows["base"]["seeds"]] == [1, 2, 3] and rows["base"]["test_bleu"]["mean"] == 32.0
+    assert [run["seed"] for run in rows["D1"]["seeds"]] == [1, 2] and rows["D1"]["test_bleu"]["mean"] == 28.5
+    work["manifest"] = {"recipe": {"name": "multi30k_en_de_cpu"}, "budget": {"max_steps": 5}}
+    table3.write_table(work, list(rows.values()), base)
+    lines = (tmp_path / "table3.md").read_text().splitlines()
+    assert lines[-2].startswith("| base | 3 | 3 | 256 |") and lines[-1].startswith("| D1 | 2 | ")
+
+
 def test_a_row_whose_train_fails_ends_the_command_in_one_line_naming_it(tmp_path, capsys, monkeypatch):
     """A run that fails (here a `train` that exits 3) stops the table with one line naming the row and its log."""
     monkeypatch.setattr(table3, "train_command", lambda *args: [sys.executable, "-c", "raise SystemExit(3)"])

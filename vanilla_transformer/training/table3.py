@@ -308,12 +308,24 @@ def summary(values: list) -> dict:
     return {"mean": round(statistics.fmean(values), 3), "spread": round(spread, 3)}
 
 
+def finished_runs(out: Path, name: str, seeds: int) -> list[Path] | None:
+    """The finished runs of row `name`: None unless seeds 1 to `seeds` all finished; then those and the further seeds
+    finished in the directory before (`--rows base --seeds 3`, then the variations with `--seeds 2`: the base row
+    keeps its three)."""
+    directories = [run_dir(out, name, seed) for seed in range(1, seeds + 1)]
+    if not all((d / "results.json").is_file() for d in directories):
+        return None
+    while (run_dir(out, name, len(directories) + 1) / "results.json").is_file():
+        directories.append(run_dir(out, name, len(directories) + 1))
+    return directories
+
+
 def table_rows(work: dict, base: dict) -> list[dict]:
     """One entry per row whose every seed finished: its values, what changed, and each measure over seeds."""
     entries = []
     for name in work["names"]:
-        directories = [run_dir(work["out"], name, seed) for seed in range(1, work["seeds"] + 1)]
-        if not all((d / "results.json").is_file() for d in directories):
+        directories = finished_runs(work["out"], name, work["seeds"])
+        if directories is None:
             continue
         runs = [run_result(d) for d in directories]
         values = row_values(name, base)
@@ -345,18 +357,19 @@ def write_table(work: dict, entries: list[dict], base: dict) -> None:
         "# Table 3, measured",
         "",
         f"Recipe `{manifest['recipe']['name']}` (the base row's model and training); budget "
-        f"`{budget_flag(manifest['budget'])}` per run; seeds 1-{work['seeds']}; machine: {'; '.join(machines)}.",
+        f"`{budget_flag(manifest['budget'])}` per run; seeds 1-{work['seeds']} (a row trained with more before keeps "
+        f"them); machine: {'; '.join(machines)}.",
         "Each measure is the mean over seeds ± their standard deviation; a variation shows the values it changes.",
         "",
-        "| row | " + " | ".join(header) + " |",
-        "| --- " * (len(header) + 1) + "|",
+        "| row | seeds | " + " | ".join(header) + " |",
+        "| --- " * (len(header) + 2) + "|",
     ]
     digits = {"params": 0, "updates": 0, "minutes": 1, "validation_perplexity": 2}
     for entry in entries:
         shown = {f for f in entry["values"] if entry["row"] == "base" or _differs(entry, f, base)}
         cells = [str(entry["values"][field]) if field in shown else "" for _, field in COLUMNS]
         cells += [_cell(entry[key], digits.get(key, 2)) for _, key in MEASURES]
-        lines.append(f"| {entry['row']} | " + " | ".join(cells) + " |")
+        lines.append(f"| {entry['row']} | {len(entry['seeds'])} | " + " | ".join(cells) + " |")
     (out / "table3.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
     with open(out / "table3.jsonl", "w", encoding="utf-8") as handle:
         for entry in entries:
