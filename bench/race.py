@@ -161,6 +161,19 @@ def bleu(hypotheses: list[str], references: list[str]) -> float:
 # ---- The toolkits ------------------------------------------------------------------------------------------------
 
 
+def timings(updates: int, tokens: int, train_seconds: float, seconds: float, decode_seconds: float) -> dict:
+    """The figures of a peer's line: its updates, training and whole wall-clock seconds, its real target tokens per
+    update and per second of training, and its decoding seconds."""
+    return {
+        "updates": updates,
+        "train_seconds": round(train_seconds, 1),
+        "wall_seconds": round(seconds, 1),
+        "target_tokens_per_update": round(tokens / max(updates, 1)),
+        "target_tokens_per_second": round(tokens / train_seconds) if train_seconds else None,
+        "decode_seconds": round(decode_seconds, 1),
+    }
+
+
 def fairseq(ctx) -> dict:
     """fairseq 0.12.3 (the fairseq-fixed release, which installs on Python 3.11): its `transformer` architecture at
     the small sizes, `inverse_sqrt` with warm-up from 0 (eq. 3 with the same peak), `--stop-time-hours`."""
@@ -294,12 +307,7 @@ def fairseq(ctx) -> dict:
         "version": "fairseq-fixed 0.12.3.1",
         "precision": "float32",
         "forced": "none: every setting as this package's equal-work run (its positions are sin/cos halves, not interleaved)",
-        "updates": updates,
-        "train_seconds": round(train_wall, 1),
-        "wall_seconds": round(seconds, 1),
-        "target_tokens_per_update": round(tokens / max(updates, 1)),
-        "target_tokens_per_second": round(tokens / train_wall) if train_wall else None,
-        "decode_seconds": round(decode_seconds, 1),
+        **timings(updates, tokens, train_wall, seconds, decode_seconds),
         "hypotheses": [hypotheses.get(i, "") for i in range(len(ctx.references))],
     }
 
@@ -475,12 +483,8 @@ def opennmt(ctx) -> dict:
         f"{DROPOUT} (tied to dropout); no time limit: interrupted {ctx.minutes:g} min after launch, "
         f"checkpoint every {every} updates, update {steps[-1]} translated of {updates} logged; "
         f"installed --no-deps over {ctx.torch} (it pins torch<2.3)",
-        "updates": steps[-1],
-        "train_seconds": round(train_seconds, 1),
-        "wall_seconds": round(seconds, 1),
-        "target_tokens_per_update": round(tokens / max(updates, 1)),
-        "target_tokens_per_second": round(tokens / train_seconds) if train_seconds else None,
-        "decode_seconds": round(decode_seconds, 1),
+        **timings(updates, tokens, train_seconds, seconds, decode_seconds),
+        "updates": steps[-1],  # the checkpoint translated; tokens per update are over every update logged
         "hypotheses": (out / f"hyp.{t}").read_text().split("\n")[: len(ctx.references)],
     }
 
@@ -607,12 +611,7 @@ def joeynmt(ctx) -> dict:
         "forced": "no length bucketing: 4,096 tokens a batch counted with padding; Adam epsilon 1e-8 (no option); "
         f"attention and feed-forward inner dropout {DROPOUT} (tied to dropout); length penalty "
         f"((5+n)/6)^1; no time limit: interrupted {ctx.minutes:g} min after launch, its weights saved then",
-        "updates": updates,
-        "train_seconds": round(train_seconds, 1),
-        "wall_seconds": round(seconds, 1),
-        "target_tokens_per_update": round(tokens / max(updates, 1)),
-        "target_tokens_per_second": round(tokens / train_seconds) if train_seconds else None,
-        "decode_seconds": round(decode_seconds, 1),
+        **timings(updates, tokens, train_seconds, seconds, decode_seconds),
         "hypotheses": (out / "hyp.test").read_text().split("\n")[: len(ctx.references)],
     }
 
@@ -772,12 +771,7 @@ def sockeye(ctx) -> dict:
         "precision": "float32",
         "forced": f"time limit checked at checkpoints (every {every} updates, each scoring 200 validation "
         f"sentences); installed --no-deps over {ctx.torch} (it pins torch<1.14)",
-        "updates": updates,
-        "train_seconds": round(train_seconds, 1),
-        "wall_seconds": round(seconds, 1),
-        "target_tokens_per_update": round(tokens / max(updates, 1)),
-        "target_tokens_per_second": round(tokens / train_seconds) if train_seconds else None,
-        "decode_seconds": round(decode_seconds, 1),
+        **timings(updates, tokens, train_seconds, seconds, decode_seconds),
         "hypotheses": (out / f"hyp.{t}").read_text().split("\n")[: len(ctx.references)],
     }
 
