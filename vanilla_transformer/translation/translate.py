@@ -171,7 +171,7 @@ def translate_stream(
     **generate_kwargs,
 ) -> Iterator[tuple[int, list]]:
     """Translate `lines` (any iterable, read lazily) window by window: each `window` lines are read, sorted by length
-    into batches, translated by `translate` (its `translate_kwargs`: batch_size, n_best, the `generate` options),
+    into batches, translated as `translate` does (`batch_size`, `n_best`, the `generate` options in `generate_kwargs`),
     and yielded in input order as (index of the window's first line, its translations) before the next window is
     read. Memory holds one window whatever the input's size, and a consumer that writes each window keeps every
     finished one if the run stops. A bigger window sorts more sentences together (less padding); a smaller one gives
