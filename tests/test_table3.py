@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from helpers import subprocess_env, write_multi30k_subset
 
+from vanilla_transformer.checkpoints import is_complete_checkpoint
 from vanilla_transformer.commands import main
 from vanilla_transformer.configuration_vanilla_transformer import PRESETS, TABLE3_LABEL_SMOOTHING, TABLE3_ROWS
 from vanilla_transformer.training import table3
@@ -111,19 +112,21 @@ def _without_minutes(out: Path) -> tuple[list[dict], list[str]]:
 
 
 def test_a_stopped_table_resumes_without_training_a_finished_run_again(tmp_path):
-    recipe, env = _recipe(tmp_path), subprocess_env(OMP_NUM_THREADS="1")
+    """Stopped (killed) once the base row has finished and D1 has saved its first checkpoint: the same command trains
+    neither base again nor D1 from its start, and writes the table of a run never stopped."""
+    recipe, env = _recipe(tmp_path, save_steps=1), subprocess_env(OMP_NUM_THREADS="1")
     whole = tmp_path / "whole"
     subprocess.run(_table3(recipe, whole), env=env, check=True, capture_output=True, text=True, timeout=300)
     stopped = tmp_path / "stopped"
     process = subprocess.Popen(
         _table3(recipe, stopped), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
     )
-    try:  # stopped once the base row has finished, while D1 trains
+    try:
         deadline = time.monotonic() + 240
         while not (stopped / "base" / "seed-1" / "results.json").is_file() and time.monotonic() < deadline:
             time.sleep(0.2)
-        while not (stopped / "D1" / "seed-1").is_dir() and time.monotonic() < deadline:
-            time.sleep(0.05)
+        while not is_complete_checkpoint(stopped / "D1" / "seed-1" / "checkpoint-1") and time.monotonic() < deadline:
+            time.sleep(0.01)
     finally:
         os.killpg(process.pid, signal.SIGKILL)
         process.wait()
@@ -133,8 +136,11 @@ def test_a_stopped_table_resumes_without_training_a_finished_run_again(tmp_path)
         _table3(recipe, stopped), env=env, check=True, capture_output=True, text=True, timeout=300
     )
     assert "table3: base seed 1: finished before, not trained again" in resumed.stdout
-    assert "table3: D1 seed 1: training" in resumed.stdout
+    assert "table3: D1 seed 1: going on from checkpoint-" in resumed.stdout, resumed.stdout
     assert (stopped / "base" / "seed-1" / "results.json").stat().st_mtime_ns == base_written
+    training = json.loads((stopped / "D1" / "seed-1" / "results.json").read_text())["training"]
+    assert training["resumed"]["from_update"] in (1, 2) and training["resumed"]["seconds_before"] > 0
+    assert training["train_runtime_s"] >= training["resumed"]["seconds_before"]
     assert _without_minutes(stopped) == _without_minutes(whole)
     rows, lines = _without_minutes(whole)
     assert [row["row"] for row in rows] == ["base", "D1"] and rows[1]["changed"] == {"dropout": 0.0}
@@ -143,6 +149,43 @@ def test_a_stopped_table_resumes_without_training_a_finished_run_again(tmp_path)
     # Another budget is never mixed into the table.
     other = subprocess.run(_table3(recipe, whole, "--max_steps", "4"), env=env, capture_output=True, text=True)
     assert other.returncode == 2 and "holds a table of --max_steps 3, not --max_steps 4" in other.stderr
+
+
+@pytest.mark.parametrize(
+    "checkpoint, budget, goes_on",
+    [
+        ("complete", {"max_steps": 5}, True),
+        ("complete", {"max_train_minutes": 3}, False),  # a timed run resumed would train its minutes again
+        ("weights only", {"max_steps": 5}, False),  # no optimizer state: resuming would start a fresh Adam
+        ("unfinished save", {"max_steps": 5}, False),
+        (None, {"max_steps": 5}, False),
+    ],
+)
+def test_a_stopped_run_goes_on_from_its_checkpoint_or_starts_again(checkpoint, budget, goes_on, tmp_path, monkeypatch):
+    commands = []
+
+    def train(command, **kwargs):  # what `train` leaves: its results
+        commands.append(command)
+        table3.run_dir(tmp_path, "D1", 1).mkdir(exist_ok=True)
+        (table3.run_dir(tmp_path, "D1", 1) / "results.json").write_text("{}")
+        return subprocess.CompletedProcess(command, 0)
+
+    monkeypatch.setattr(table3.subprocess, "run", train)
+    directory = table3.run_dir(tmp_path, "D1", 1)
+    (directory / "tokenizer").mkdir(parents=True)
+    if checkpoint:
+        (directory / "checkpoint-2").mkdir()
+        if checkpoint != "unfinished save":
+            (directory / "checkpoint-2" / "trainer_state.json").write_text(json.dumps({"global_step": 2}))
+        if checkpoint == "complete":
+            (directory / "checkpoint-2" / "optimizer.pt").write_bytes(b"")
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "D1-seed-1.log").write_text("the stopped run's log\n")
+    table3.train_row(tmp_path, "D1", 1, budget, threads=1)
+    assert len(commands) == 1 and commands[0][:3] == [sys.executable, "-m", "vanilla_transformer_cli"]
+    assert (commands[0][-2:] == ["--resume_from_checkpoint", "true"]) == goes_on
+    assert (directory / "tokenizer").is_dir() == goes_on  # otherwise the stopped run's files are gone
+    assert (tmp_path / "logs" / "D1-seed-1.log").read_text().startswith("the stopped run's log") == goes_on
 
 
 def test_a_row_trained_with_more_seeds_before_keeps_them(tmp_path):

@@ -27,7 +27,12 @@ from vanilla_transformer.data.tokenizer import train_tokenizer
 from vanilla_transformer.evaluation.bleu import compute_bleu, decode_ids
 from vanilla_transformer.loss_vanilla_transformer import label_smoothed_cross_entropy
 from vanilla_transformer.modeling_vanilla_transformer import cache_of
-from vanilla_transformer.training.callbacks import CooldownPlanner, TimeLimit, TimeLimitProgressCallback
+from vanilla_transformer.training.callbacks import (
+    CooldownPlanner,
+    TimeLimit,
+    TimeLimitProgressCallback,
+    TrainingClock,
+)
 from vanilla_transformer.training.options import VanillaTrainingArguments
 from vanilla_transformer.training.schedule import noam_learning_rate
 from vanilla_transformer.training.trainer import LabelSmoothedLoss, build_trainer, resume_checkpoint
@@ -558,6 +563,39 @@ def test_resume_reproduces_the_uninterrupted_run(tmp_path, tokenizer, corpus):
             assert got[step][key] == expected[step][key], (step, key)
     for (name, p), q in zip(full.model.named_parameters(), resumed.model.parameters()):
         assert torch.equal(p, q), name
+
+
+def test_the_training_clock_counts_the_time_before_the_checkpoint_a_run_resumed_from(tmp_path, tokenizer, corpus):
+    """Each checkpoint carries the seconds trained (`TrainingClock`, saved with the Trainer's state); a resumed run
+    starts from them, so that results.json's training time is the model's. A checkpoint written before the clock
+    existed has no entry: the resumed run trains and saves, its earlier time unknown (None)."""
+    ticks = itertools.count()  # every reading of the clock is one second later
+
+    def trainer(path):
+        clock = TrainingClock(clock=lambda: float(next(ticks)))
+        common = dict(max_steps=6, save_strategy="steps", save_steps=3)
+        return make_trainer(path, tiny_model(tokenizer), tokenizer, corpus, callbacks=[clock], **common), clock
+
+    full, clock = trainer(tmp_path / "full")
+    full.train()
+    saved = json.loads((tmp_path / "full" / "checkpoint-3" / "trainer_state.json").read_text())
+    seconds = saved["stateful_callbacks"]["TrainingClock"]["attributes"]["seconds"]
+    assert clock.resumed_at is None and 0 < seconds < clock.trained_seconds()
+
+    shutil.copytree(tmp_path / "full" / "checkpoint-3", tmp_path / "resumed" / "checkpoint-3")
+    resumed, clock = trainer(tmp_path / "resumed")
+    resume(resumed)
+    assert (clock.resumed_at, clock.before) == (3, seconds) and clock.trained_seconds() > seconds
+    state = json.loads((tmp_path / "resumed" / "checkpoint-6" / "trainer_state.json").read_text())
+    assert state["stateful_callbacks"]["TrainingClock"]["attributes"]["seconds"] > seconds
+
+    old = tmp_path / "old" / "checkpoint-3"
+    shutil.copytree(tmp_path / "full" / "checkpoint-3", old)
+    del saved["stateful_callbacks"]["TrainingClock"]
+    (old / "trainer_state.json").write_text(json.dumps(saved))
+    resumed, clock = trainer(tmp_path / "old")
+    resume(resumed)
+    assert (clock.resumed_at, clock.before) == (3, None) and (tmp_path / "old" / "checkpoint-6").is_dir()
 
 
 def test_a_resume_does_not_call_the_tied_weights_missing(tmp_path, tokenizer, corpus):

@@ -27,8 +27,9 @@ The results JSON (written by `vanilla-transformer train`, training/report.py; re
       },
       "training": {                            # optional
         "steps": 10000, "epochs": 20.5,        #   optimizer updates, passes over the data
-        "train_runtime_s": 3600.0,             #   wall-clock seconds of training (what --max_train_minutes bounds)
+        "train_runtime_s": 3600.0,             #   wall-clock seconds of training (a resumed run's: before its checkpoint too)
         "wall_time_s": 3790.0,                 #   optional, the whole run's: training, validation, test, averaging
+        "resumed": {"from_update": 6000, "seconds_before": 1800.0},   # optional: the checkpoint a run resumed from
         "tokens_per_second": 5200.0,           #   target tokens per second (or whatever the run measures)
         "hardware": "2-core CPU",              #   free text
         "hyperparameters": {"learning_rate": 7e-4, "warmup_steps": 4000, ...}   # free key -> value

@@ -1,5 +1,6 @@
 """Callbacks of a timed run: the wall-clock limit, the learning-rate warm-up fitted to the speed measured in the run,
-the cool-down planned in the time left, and the progress bar that counts the limit. The Trainer's own limits are in steps or epochs; the paper's runs, and CPU runs
+the cool-down planned in the time left, and the progress bar that counts the limit; the clock of the time trained
+across resumes, and Ctrl-C. The Trainer's own limits are in steps or epochs; the paper's runs, and CPU runs
 here, are sized in hours.
 
 The processes of a data-parallel run must act at the same step: one that stopped a step early would wait in the
@@ -22,6 +23,7 @@ import torch
 from accelerate.utils import broadcast, reduce
 from tqdm.auto import tqdm
 from transformers import ProgressCallback, TrainerCallback
+from transformers.trainer_callback import ExportableState
 
 from .schedule import WARMUP_SHARE, NoamLR, warmup_for_speed
 
@@ -323,6 +325,39 @@ class Interrupt(TrainerCallback):
         if self._previous is not None:
             signal.signal(signal.SIGINT, self._previous)
             self._previous = None
+
+
+class TrainingClock(TrainerCallback, ExportableState):
+    """The seconds a run has trained, across resumes. Every checkpoint's `trainer_state.json` carries them (the
+    Trainer saves an `ExportableState` callback's `state()` with each checkpoint), and a resumed run starts from the
+    seconds of the checkpoint it resumed from, so that results.json's training time and tokens per second are those
+    of the model, not of the last command; the training between that checkpoint and the stop, lost, is not counted.
+    `before` is None where the checkpoint holds no time (written before this callback existed): the time is then
+    the resumed part's. The time limit (`TimeLimit`) is not this: it bounds each command, so that a timed run resumed
+    trains its minutes again."""
+
+    def __init__(self, clock: Callable[[], float] = time.perf_counter):
+        self.clock = clock
+        self.started = None
+        self.before = 0.0  # seconds trained before the checkpoint resumed from
+        self.resumed_at = None  # that checkpoint's update, or None: a run from its start
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        name = type(self).__name__
+        saved = state.stateful_callbacks.get(name)
+        if state.global_step > 0:  # resumed: `state` is the checkpoint's
+            self.resumed_at = state.global_step
+            self.before = saved["attributes"]["seconds"] if isinstance(saved, dict) else None
+        # An older checkpoint has no entry, which the Trainer's save expects to find.
+        state.stateful_callbacks.setdefault(name, self.state())
+        self.started = self.clock()
+
+    def trained_seconds(self) -> float:
+        """The seconds trained so far: before the resumed checkpoint (where known) and since this command's start."""
+        return (self.before or 0.0) + (self.clock() - self.started if self.started is not None else 0.0)
+
+    def state(self) -> dict:
+        return {"args": {}, "attributes": {"seconds": round(self.trained_seconds(), 3)}}
 
 
 class TimeLimitProgressCallback(ProgressCallback):

@@ -37,12 +37,23 @@ MIN_BLEU = 1.0  # below it, a model does not translate (`not_learned`)
 
 
 def write_report(
-    trainer, tokenizer, raw, train_split, options, train_result, train_seconds: float, run_started: float | None = None
+    trainer,
+    tokenizer,
+    raw,
+    train_split,
+    options,
+    train_result,
+    train_seconds: float,
+    run_started: float | None = None,
+    resumed: tuple[int | None, float | None] = (None, 0.0),
 ) -> dict:
     """Test BLEU of the final and the averaged model, plots and figures, results.json and model cards, the Hub push;
     returns the final model's results. `options` are the run's (model, data, run) arguments; `run_started`, the
     `time.perf_counter()` at the run's start, gives its wall time (`wall_time_s`: training, and the end of the run
-    that follows it) beside the training time (`train_runtime_s`, what --max_train_minutes bounds)."""
+    that follows it) beside the training time (`train_seconds`, `train_runtime_s`). `resumed` is (the update of the
+    checkpoint the run resumed from, the seconds trained before it or None where unknown), (None, 0.0) for a run
+    from its start: both times count the training before that checkpoint."""
+    resumed_at, before = resumed
     model_args, data_args, run_args = options
     out_dir = Path(trainer.args.output_dir)
     # The final model as saved, loaded as a user loads it (float32): after bf16 training the Trainer's model still
@@ -72,8 +83,10 @@ def write_report(
         card_results["learning"] = {"could_have_learned": learned, "line": line}
         if nll is not None:
             card_results["learning"].update(validation_nll=round(nll, 4), unigram_nll=round(unigram, 4))
-    if run_started is not None:  # the averaged model's results share this `training` entry
-        results["training"]["wall_time_s"] = round(time.perf_counter() - run_started, 1)
+    if resumed_at is not None:  # the averaged model's results share this `training` entry
+        results["training"]["resumed"] = {"from_update": resumed_at, "seconds_before": before}
+    if run_started is not None:
+        results["training"]["wall_time_s"] = round(time.perf_counter() - run_started + (before or 0.0), 1)
     config, args = trainer.model.config, trainer.args
     write_results_and_card(out_dir, config, results, args.hub_model_id)
     if averaged is not None:

@@ -9,7 +9,8 @@ read from that file's source so that the command checks every row before torch l
 
 A row is a recipe file (the base recipe with the row's change, in its options and in its `cpu_float32` options, so a
 float32 run scales from the float32 base) trained by `vanilla-transformer train` in a process of its own, exactly as
-a user's `train`; its directory's `results.json` marks it finished, and a finished run is never trained again.
+a user's `train`; its directory's `results.json` marks it finished, and a finished run is never trained again (a
+run stopped part-way goes on from its newest checkpoint).
 Standard library only (the command line imports it before torch); docs/table3.md describes the command.
 """
 
@@ -28,6 +29,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from ..checkpoints import has_resume_state, last_checkpoint
 from .preflight import option_table, preflight, read_recipe
 
 
@@ -255,24 +257,40 @@ def say(line: str) -> None:
     print(line + "\n", end="", flush=True)
 
 
+def resumable_checkpoint(directory: Path, budget: dict) -> str | None:
+    """The checkpoint a stopped run of the table goes on from: the newest complete one of its directory with its
+    optimizer state, where the budget is updates (`train --resume_from_checkpoint true` then ends with the weights of
+    a run never stopped). None for a budget of minutes (a resumed timed run would train its minutes again) or a run
+    stopped before its first checkpoint."""
+    if "max_steps" not in budget:
+        return None
+    checkpoint = last_checkpoint(directory)
+    return checkpoint if checkpoint is not None and has_resume_state(checkpoint) else None
+
+
 def train_row(out: Path, name: str, seed: int, budget: dict, threads: int | None) -> None:
-    """One run of the table: a finished run (its results.json) is left alone; an unfinished one (stopped part-way) is
-    removed and trained again from the start, so that every run of the table is one uninterrupted `train`."""
+    """One run of the table: a finished run (its results.json) is left alone; one stopped part-way goes on from its
+    newest checkpoint (`resumable_checkpoint`), or, without one, is removed and trained again from the start, so that
+    every run of the table gives what one uninterrupted `train` gives."""
     directory = run_dir(out, name, seed)
     if (directory / "results.json").is_file():
         say(f"table3: {name} seed {seed}: finished before, not trained again")
         return
-    if directory.exists():
+    checkpoint = resumable_checkpoint(directory, budget)
+    if checkpoint is None and directory.exists():
         shutil.rmtree(directory)
     directory.parent.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, **({"OMP_NUM_THREADS": str(threads)} if threads else {}))
     log = out / "logs" / f"{name}-seed-{seed}.log"
     log.parent.mkdir(exist_ok=True)
-    say(f"table3: {name} seed {seed}: training ({log})")
-    with open(log, "w", encoding="utf-8") as handle:
-        status = subprocess.run(
-            train_command(out, name, seed, budget), stdout=handle, stderr=subprocess.STDOUT, env=env
-        ).returncode
+    command = train_command(out, name, seed, budget)
+    if checkpoint is None:
+        say(f"table3: {name} seed {seed}: training ({log})")
+    else:
+        command += ["--resume_from_checkpoint", "true"]
+        say(f"table3: {name} seed {seed}: going on from {Path(checkpoint).name} ({log})")
+    with open(log, "w" if checkpoint is None else "a", encoding="utf-8") as handle:
+        status = subprocess.run(command, stdout=handle, stderr=subprocess.STDOUT, env=env).returncode
     if status != 0 or not (directory / "results.json").is_file():
         raise RuntimeError(f"row {name} seed {seed}: train exited with status {status}; its log: {log}")
 

@@ -180,12 +180,12 @@ def _run(given: list[str], argv: list[str], recipe: tuple, where: dict) -> dict:
     tokenizer = get_tokenizer(tok_args, data_args, raw, training_args)
     model = build_model(model_args, run_args, tokenizer)
     tokenized = tokenize(raw, tokenizer, data_args, training_args)
-    from .callbacks import Interrupt
+    from .callbacks import Interrupt, TrainingClock
     from .trainer import build_trainer, resume_checkpoint
 
     checkpoint = resume_checkpoint(training_args, model.config.d_model)
     interrupt = Interrupt()  # Ctrl-C: a checkpoint at the end of the update, then the command that goes on
-    callbacks = [interrupt, *run_end(run_args, data_args, training_args, tokenized, raw)]
+    callbacks = [interrupt, TrainingClock(), *run_end(run_args, data_args, training_args, tokenized, raw)]
     trainer = build_trainer(
         model,
         training_args,
@@ -195,9 +195,10 @@ def _run(given: list[str], argv: list[str], recipe: tuple, where: dict) -> dict:
         callbacks=callbacks,
         max_train_minutes=run_args.max_train_minutes,
     )
-    started = time.perf_counter()
     train_result = trainer.train(resume_from_checkpoint=checkpoint)
-    train_seconds = time.perf_counter() - started
+    # The time trained, before the checkpoint resumed from too (the Trainer may have put a restored copy in its place).
+    clock = next(callback for callback in trainer.callback_handler.callbacks if isinstance(callback, TrainingClock))
+    train_seconds = clock.trained_seconds()
     if interrupt.step is not None:  # its checkpoint is saved: the end of the run (the report) is the resumed run's
         raise Interrupted(kept_by_interruption(out_dir, given, interrupt.step))
     trainer.save_model()  # final model + tokenizer + generation config, ready for from_pretrained
@@ -208,7 +209,15 @@ def _run(given: list[str], argv: list[str], recipe: tuple, where: dict) -> dict:
 
     options = (model_args, data_args, run_args)
     return write_report(
-        trainer, tokenizer, raw, tokenized["train"], options, train_result, train_seconds, run_started=run_started
+        trainer,
+        tokenizer,
+        raw,
+        tokenized["train"],
+        options,
+        train_result,
+        train_seconds,
+        run_started=run_started,
+        resumed=(clock.resumed_at, clock.before),
     )
 
 
