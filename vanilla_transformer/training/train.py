@@ -208,17 +208,8 @@ def _run(given: list[str], argv: list[str], recipe: tuple, where: dict) -> dict:
     from .report import write_report
 
     options = (model_args, data_args, run_args)
-    return write_report(
-        trainer,
-        tokenizer,
-        raw,
-        tokenized["train"],
-        options,
-        train_result,
-        train_seconds,
-        run_started=run_started,
-        resumed=(clock.resumed_at, clock.before),
-    )
+    timing = dict(run_started=run_started, resumed=(clock.resumed_at, clock.before))
+    return write_report(trainer, tokenizer, raw, tokenized["train"], options, train_result, train_seconds, **timing)
 
 
 def ensure_hub_repo(training_args, out_dir: Path) -> None:
