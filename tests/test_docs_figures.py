@@ -1,5 +1,6 @@
 """The shipped models' figures in README.md and docs/ are their own `results.json`'s and their folders' sizes: the
-README table's rows are built from results.json, and each page that quotes a shipped run quotes its numbers."""
+README table's rows are built from results.json, and each page that quotes a shipped run quotes its numbers. The
+measured Table 3 on docs/table3.md is the table its command wrote."""
 
 import re
 from pathlib import Path
@@ -114,3 +115,30 @@ def test_each_attention_figure_is_drawn_by_the_command_above_it():
             lines = [line for line in re.sub(r"\\\s*\n\s*", " ", block).splitlines() if "attention --model" in line]
             drawn = [line for line in lines if match[2] in line or name == "README.md"]
             assert drawn and all(f"--layer {match[1]}" in line for line in drawn), (name, match[0], lines)
+
+
+def table_cells(path: Path, heading: str) -> dict[str, dict[str, str]]:
+    """The first table after `heading` in `path`, as {row: {column title: cell}}."""
+    lines = path.read_text().split(heading, 1)[1].splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("| row |"))
+    titles = [cell.strip() for cell in lines[start].strip("|").split("|")]
+    rows = {}
+    for line in lines[start + 2 :]:
+        if not line.startswith("| "):
+            break
+        cells = dict(zip(titles, (cell.strip() for cell in line.strip("|").split("|"))))
+        rows[cells["row"]] = cells
+    return rows
+
+
+def test_the_table3_page_quotes_the_measured_table():
+    """docs/table3.md's measured table gives every row of the command's own table (seeds, params and the three
+    measures, cell for cell), and no other row."""
+    measured = ROOT / "docs/table3/multi30k_en_de_cpu-3000/table3.md"
+    written = table_cells(measured, "# Table 3, measured")
+    quoted = table_cells(ROOT / "docs/table3.md", "## The table, measured")
+    assert list(quoted) == list(written)
+    columns = ("seeds", "params", "PPL (dev)", "BLEU (dev)", "BLEU (test)")
+    assert {row: [quoted[row][c] for c in columns] for row in quoted} == {
+        row: [written[row][c] for c in columns] for row in written
+    }
