@@ -5,9 +5,12 @@ sample.
 
 The package once learned far slower per update than fairseq with the same model, loss, batches and Adam: its W_Q,
 W_K, W_V were drawn with plain Xavier per matrix, which saturates the initial attention softmax. Both initialisations
-train here in one process, on the same batches, so the comparison holds on any CPU (no recorded float figures)."""
+train here in one process, on the same batches, so the comparison holds on any CPU (no recorded float figures).
+Real training (about 2 minutes on 2 cores), so opt-in (`-m slow`); the default run holds the drawn widths themselves
+(tests/test_modeling.py::test_a_fresh_model_has_fairseqs_initialisation)."""
 
 import datasets
+import pytest
 import torch
 from helpers import read_multi30k
 from transformers import DataCollatorForSeq2Seq, TrainerCallback
@@ -74,6 +77,7 @@ def train(tmp_path, tokenizer, corpus, plain_xavier: bool) -> dict[int, float]:
     return nll.nll
 
 
+@pytest.mark.slow
 def test_the_package_learns_per_update_as_fairseqs_initialisation_does(tmp_path):
     source, target = read_multi30k("train.en.gz", PAIRS), read_multi30k("train.de.gz", PAIRS)
     tokenizer = train_tokenizer(source + target, vocab_size=2000)
